@@ -1,0 +1,111 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the gpuops.mig collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""What the gpuops.mig modules share on the Ansible side: GPU selection and the NVML session.
+
+Private to the collection. The argument spec here is paired with the doc
+fragment ``gpuops.mig._gpu_selection``; change both together.
+"""
+
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager
+
+from ansible.module_utils.basic import missing_required_lib
+
+from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
+    PYNVML_IMPORT_ERROR,
+    DriverNotFound,
+    MissingLibrary,
+    Nvml,
+    NvmlError,
+)
+
+GPU_SELECTION_ARG_SPEC = dict(
+    gpus=dict(type="list", elements="str", default=["all"]),
+)
+
+_INDEX = re.compile(r"^\d+$")
+_DEVICE_ID = re.compile(r"^0x[0-9a-fA-F]{8}$")
+_UUID = re.compile(r"^GPU-[0-9a-fA-F-]+$")
+_BUS_ID = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
+
+
+class SelectionError(ValueError):
+    pass
+
+
+def normalize_bus_id(text):
+    """'07:00.0', '0000:07:00.0' and '00000000:07:00.0' all name the same GPU."""
+    m = _BUS_ID.match(text.strip())
+    if not m:
+        return None
+    domain = int(m.group(1) or "0", 16)
+    return "%08X:%s:%s.%s" % (domain, m.group(2).upper(), m.group(3).upper(), m.group(4))
+
+
+def select_gpus(gpus, selectors):
+    """Pick GPUs by selector; ``gpus`` are dicts with index, uuid, pci_device_id, pci_bus_id.
+
+    A selector is ``all``, an index, a GPU UUID, a PCI device ID (0xDDDDVVVV, every
+    GPU of that model) or a PCI bus ID. Returns the matching GPUs in index order.
+    Raises SelectionError naming the selector that matched nothing or is malformed.
+    """
+    chosen = {}
+    for raw in selectors:
+        sel = str(raw).strip()
+        if sel.lower() == "all":
+            matched = list(gpus)
+        elif _INDEX.match(sel):
+            matched = [g for g in gpus if g["index"] == int(sel)]
+            if not matched:
+                raise SelectionError("GPU index %s does not exist on this host (it has %s)" % (sel, _describe_indexes(gpus)))
+        elif _UUID.match(sel):
+            matched = [g for g in gpus if g["uuid"].lower() == sel.lower()]
+            if not matched:
+                raise SelectionError("no GPU with UUID %s on this host" % sel)
+        elif _DEVICE_ID.match(sel):
+            matched = [g for g in gpus if g["pci_device_id"].upper() == sel.upper().replace("0X", "0x")]
+            if not matched:
+                raise SelectionError("no GPU with PCI device ID %s on this host" % sel)
+        elif normalize_bus_id(sel):
+            bus = normalize_bus_id(sel)
+            matched = [g for g in gpus if normalize_bus_id(g["pci_bus_id"]) == bus]
+            if not matched:
+                raise SelectionError("no GPU at PCI bus ID %s on this host" % sel)
+        else:
+            raise SelectionError(
+                "%r is not a GPU selector: use all, an index (0), a GPU UUID (GPU-...), "
+                "a PCI device ID (0x20B010DE) or a PCI bus ID (0000:07:00.0)" % sel)
+        for g in matched:
+            chosen[g["index"]] = g
+    return [chosen[i] for i in sorted(chosen)]
+
+
+def _describe_indexes(gpus):
+    if not gpus:
+        return "no GPUs"
+    return "GPU indexes %s" % ", ".join(str(g["index"]) for g in gpus)
+
+
+@contextmanager
+def nvml_session(module):
+    """An NVML session whose failures end the module with a clear message, never a traceback."""
+    try:
+        with Nvml() as nvml:
+            yield nvml
+    except MissingLibrary:
+        module.fail_json(msg=missing_required_lib("nvidia-ml-py"), exception=PYNVML_IMPORT_ERROR)
+    except DriverNotFound as e:
+        module.fail_json(msg="No usable NVIDIA driver on this host: %s" % e, nvml_error_code=e.code)
+    except NvmlError as e:
+        module.fail_json(msg=str(e), nvml_error_code=e.code)
+
+
+def module_run_command(module):
+    """Adapter from AnsibleModule.run_command to the ``run(argv) -> (rc, out, err)`` the engine uses."""
+    def run(argv):
+        return module.run_command(argv)
+    return run

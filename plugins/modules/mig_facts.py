@@ -1,0 +1,178 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the gpuops.mig collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: mig_facts
+short_description: Gather NVIDIA GPU and MIG facts through NVML
+version_added: 0.1.0
+description:
+  - Reads, through NVML (C(pynvml) from C(nvidia-ml-py)), every GPU's identity, MIG capability,
+    current and pending MIG mode, GPU instances with their compute instances, MIG device UUIDs and
+    processes, and the MIG profiles the GPU supports with their possible placements.
+  - Results land in C(ansible_facts.gpuops_mig).
+  - Works on hosts without a MIG-capable GPU, and on hosts without an NVIDIA driver, where it reports
+    C(driver.present=false) instead of failing unless O(fail_on_missing_driver=true).
+author:
+  - gpuops.mig contributors (@gpuops)
+requirements:
+  - nvidia-ml-py (import C(pynvml)) on the managed host
+  - an NVIDIA driver on the managed host
+extends_documentation_fragment:
+  - gpuops.mig._attributes
+  - gpuops.mig._attributes.ACTIONGROUP_MIG
+  - gpuops.mig._attributes.FACTS
+  - gpuops.mig._gpu_selection
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+options:
+  profiles:
+    description:
+      - Include, per MIG-capable GPU, the GPU-instance profiles it supports and their placements.
+    type: bool
+    default: true
+  fail_on_missing_driver:
+    description:
+      - Fail when no NVIDIA driver (or no C(nvidia-ml-py)) is found, instead of reporting it as a fact.
+    type: bool
+    default: false
+"""
+
+EXAMPLES = r"""
+- name: Read the MIG layout of every GPU
+  gpuops.mig.mig_facts:
+
+- name: Show MIG devices of GPU 0
+  ansible.builtin.debug:
+    msg: "{{ ansible_facts.gpuops_mig.gpus[0].gpu_instances }}"
+
+- name: Only H100 80GB GPUs, without the profile catalogue
+  gpuops.mig.mig_facts:
+    gpus: ["0x233010DE"]
+    profiles: false
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts to add to ansible_facts.
+  returned: always
+  type: dict
+  contains:
+    gpuops_mig:
+      description: The host's GPUs and their MIG state.
+      returned: always
+      type: dict
+      contains:
+        driver:
+          description: Driver presence and versions (C(present), C(version), C(cuda_version), C(nvml_version), C(error)).
+          type: dict
+          returned: always
+          sample: {present: true, version: "570.124.06", cuda_version: "12.8", nvml_version: "12.570.124.06", error: null}
+        simulated:
+          description: Whether the GPUs are simulated (E(GPUOPS_MIG_SIMULATE) is set).
+          type: bool
+          returned: always
+        gpu_count:
+          description: Number of GPUs reported (after selection).
+          type: int
+          returned: always
+        mig_capable_count:
+          description: Number of MIG-capable GPUs among them.
+          type: int
+          returned: always
+        gpus:
+          description:
+            - One entry per selected GPU with C(index), C(uuid), C(name), C(pci_bus_id), C(pci_device_id),
+              C(memory_total_mib), C(architecture), C(compute_capability), C(mig_capable),
+              C(mig_mode) (C(current) and C(pending), V(enabled) or V(disabled); null if not MIG-capable),
+              C(mig_enabled), C(mig_mode_persists_across_reboot), C(gpu_instances) (C(id), C(profile),
+              C(profile_id), C(placement), C(compute_instances) with C(id), C(profile), C(profile_id),
+              C(placement), C(mig_device_uuid) and C(processes)), C(mig_devices) (device name to count),
+              C(processes) and C(supported_profiles) (C(name), C(id), C(sm_slices), C(memory_slices),
+              C(max_count), C(memory_mib), C(placements)).
+          type: list
+          elements: dict
+          returned: always
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.mig.plugins.module_utils._common import (
+    GPU_SELECTION_ARG_SPEC,
+    SelectionError,
+    select_gpus,
+)
+from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
+    DriverNotFound,
+    HAS_PYNVML,
+    Nvml,
+    NvmlError,
+    mig_device_counts,
+)
+
+
+def gather(module):
+    params = module.params
+    nvml_session = Nvml()
+    facts = {
+        "driver": {"present": False, "version": None, "cuda_version": None, "nvml_version": None, "error": None},
+        "simulated": bool(nvml_session.simulate),
+        "gpu_count": 0,
+        "mig_capable_count": 0,
+        "gpus": [],
+    }
+    if not HAS_PYNVML:
+        facts["driver"]["error"] = "nvidia-ml-py (import pynvml) is not installed"
+        return facts, None
+    try:
+        with nvml_session as nvml:
+            facts["driver"].update(present=True, version=nvml.driver_version(),
+                                   cuda_version=nvml.cuda_driver_version(), nvml_version=nvml.nvml_version())
+            identities = [nvml.gpu(i) for i in range(nvml.gpu_count())]
+            try:
+                selected = select_gpus(identities, params["gpus"])
+            except SelectionError as e:
+                module.fail_json(msg=str(e))
+            for gpu in selected:
+                info = nvml.describe(gpu["index"])
+                if not params["profiles"]:
+                    info.pop("supported_profiles")
+                info["mig_devices"] = mig_device_counts(info["gpu_instances"])
+                facts["gpus"].append(info)
+    except DriverNotFound as e:
+        facts["driver"]["error"] = str(e)
+        return facts, None
+    except NvmlError as e:
+        return facts, e
+    facts["gpu_count"] = len(facts["gpus"])
+    facts["mig_capable_count"] = sum(1 for g in facts["gpus"] if g["mig_capable"])
+    return facts, None
+
+
+def main():
+    argument_spec = dict(
+        profiles=dict(type="bool", default=True),
+        fail_on_missing_driver=dict(type="bool", default=False),
+    )
+    argument_spec.update(GPU_SELECTION_ARG_SPEC)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+
+    facts, error = gather(module)
+    if error is not None:
+        module.fail_json(msg=str(error), nvml_error_code=error.code)
+    if not facts["driver"]["present"] and module.params["fail_on_missing_driver"]:
+        module.fail_json(msg="No usable NVIDIA driver on this host: %s" % facts["driver"]["error"],
+                         ansible_facts={"gpuops_mig": facts})
+    module.exit_json(changed=False, ansible_facts={"gpuops_mig": facts})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""Run the collection's modules in-process against simulated GPUs.
+
+The module code, the NVML adapter and pynvml's own functions all run; only
+libnvidia-ml is replaced by the simulator (GPUOPS_MIG_SIMULATE).
+"""
+
+import hashlib
+import json
+import os
+
+import pytest
+
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim as sim
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+SIM_BIN = os.path.join(REPO, "tools", "sim-bin")
+
+
+class ModuleResult(dict):
+    """The module's JSON result; ``failed`` tells whether it called fail_json."""
+
+
+def run_module(module, args, capsys, check_mode=False, diff=False):
+    args = dict(args)
+    args["_ansible_check_mode"] = check_mode
+    args["_ansible_diff"] = diff
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            module.main()
+    out = capsys.readouterr().out
+    return ModuleResult(json.loads(out))
+
+
+def file_digest(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+@pytest.fixture
+def sim_host(tmp_path, monkeypatch):
+    """A factory: sim_host("2xA100-SXM4-40GB,1xA30-24GB") -> path of a fresh simulated host."""
+    monkeypatch.setenv("PATH", SIM_BIN + os.pathsep + os.environ.get("PATH", ""))
+
+    def make(gpus, **kwargs):
+        path = str(tmp_path / "state.json")
+        sim.create_state(path, gpus, **kwargs)
+        monkeypatch.setenv("GPUOPS_MIG_SIMULATE", path)
+        return path
+
+    return make
