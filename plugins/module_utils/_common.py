@@ -29,7 +29,7 @@ GPU_SELECTION_ARG_SPEC = dict(
 
 _INDEX = re.compile(r"^\d+$")
 _DEVICE_ID = re.compile(r"^0x[0-9a-fA-F]{8}$")
-_UUID = re.compile(r"^GPU-[0-9a-fA-F-]+$")
+_UUID = re.compile(r"^GPU-\S+$", re.IGNORECASE)
 _BUS_ID = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 
 
@@ -67,7 +67,7 @@ def select_gpus(gpus, selectors):
             if not matched:
                 raise SelectionError("no GPU with UUID %s on this host" % sel)
         elif _DEVICE_ID.match(sel):
-            matched = [g for g in gpus if g["pci_device_id"].upper() == sel.upper().replace("0X", "0x")]
+            matched = [g for g in gpus if g["pci_device_id"].lower() == sel.lower()]
             if not matched:
                 raise SelectionError("no GPU with PCI device ID %s on this host" % sel)
         elif normalize_bus_id(sel):

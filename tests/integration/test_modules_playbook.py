@@ -59,4 +59,4 @@ def test_modules_in_a_playbook(tmp_path):
     assert [g["mig_mode"] for g in facts["gpus"][:2]] == [{"current": "enabled", "pending": "enabled"}] * 2
     # The state file agrees with what the modules reported.
     state_data = sim.load_state(state)
-    assert [g["mig_current"] for g in state_data["gpus"]][:2] == [1, 1]
+    assert [g["mig"] for g in state_data["gpus"]][:2] == [{"current": 1, "pending": 1}] * 2

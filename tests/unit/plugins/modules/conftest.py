@@ -22,7 +22,7 @@ class ModuleResult(dict):
     """The module's JSON result; ``failed`` tells whether it called fail_json."""
 
 
-def run_module(module, args, capsys, check_mode=False, diff=False):
+def _run_module(module, args, capsys, check_mode=False, diff=False):
     args = dict(args)
     args["_ansible_check_mode"] = check_mode
     args["_ansible_diff"] = diff
@@ -33,9 +33,23 @@ def run_module(module, args, capsys, check_mode=False, diff=False):
     return ModuleResult(json.loads(out))
 
 
-def file_digest(path):
+def _file_digest(path):
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
+
+
+@pytest.fixture
+def run_module(capsys):
+    """run_module(module, args, check_mode=False, diff=False) -> the module's JSON result."""
+    def run(module, args, check_mode=False, diff=False):
+        return _run_module(module, args, capsys, check_mode=check_mode, diff=diff)
+    return run
+
+
+@pytest.fixture
+def file_digest():
+    """file_digest(path) -> sha256 of the file, to prove a state file is unchanged byte for byte."""
+    return _file_digest
 
 
 @pytest.fixture
@@ -50,3 +64,15 @@ def sim_host(tmp_path, monkeypatch):
         return path
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def _fresh_pynvml():
+    """pynvml keeps the loaded library and its function pointers in module globals;
+    every test starts and ends without any (as a fresh module process would)."""
+    import pynvml
+    pynvml.nvmlLib = None
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+    yield
+    pynvml.nvmlLib = None
+    pynvml._nvmlGetFunctionPointer_cache.clear()

@@ -1,0 +1,164 @@
+"""gpuops.mig.mig_mode through the simulator (pynvml's own code runs)."""
+
+import pytest
+
+from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim as sim
+from ansible_collections.gpuops.mig.plugins.module_utils._nvml import Nvml
+from ansible_collections.gpuops.mig.plugins.modules import mig_mode
+
+
+def modes(state):
+    return [g["mig"] for g in sim.load_state(state)["gpus"]]
+
+
+def make_layout(gpu, layout):
+    """Create GPU instances [(profile_id, start, size, ci_constant)] through pynvml."""
+    ids = []
+    with Nvml() as nvml:
+        for profile_id, start, size, ci in layout:
+            gi = nvml.create_gpu_instance(gpu, profile_id, start, size)
+            nvml.create_compute_instance(gpu, gi, ci, 0)
+            ids.append(gi)
+    return ids
+
+
+def test_ampere_mode_stays_pending_until_a_reset(sim_host, run_module):
+    state = sim_host("1xA100-SXM4-40GB")
+    result = run_module(mig_mode, {"mode": "enabled"})
+    assert result["changed"] is True
+    assert result["reset_required"] is True and result["reboot_required"] is False
+    gpu = result["gpus"][0]
+    assert gpu["mig_mode"] == {"current": "disabled", "pending": "enabled"}
+    assert gpu["action_required"] == "reset"
+    assert modes(state) == [{"current": 0, "pending": 1}]
+
+    again = run_module(mig_mode, {"mode": "enabled"})
+    assert again["changed"] is False and again["reset_required"] is True
+
+    reset = run_module(mig_mode, {"mode": "enabled", "reset": True})
+    assert reset["changed"] is True
+    assert reset["gpus"][0]["reset"]["ok"] is True
+    assert reset["gpus"][0]["reset"]["message"] == "GPU 00000000:07:00.0 was successfully reset."
+    assert reset["reset_required"] is False and reset["reboot_required"] is False
+    assert modes(state) == [{"current": 1, "pending": 1}]
+    assert run_module(mig_mode, {"mode": "enabled", "reset": True})["changed"] is False
+
+
+def test_hopper_takes_the_mode_at_once(sim_host, run_module):
+    state = sim_host("2xH100-SXM5-80GB")
+    result = run_module(mig_mode, {"mode": "enabled", "reset": True})
+    assert result["changed"] is True and result["reset_required"] is False
+    assert all(not g["reset"]["attempted"] for g in result["gpus"])
+    assert all(g["mig_mode_persists_across_reboot"] is False for g in result["gpus"])
+    assert modes(state) == [{"current": 1, "pending": 1}] * 2
+    assert run_module(mig_mode, {"mode": "enabled"})["changed"] is False
+
+
+def test_check_mode_predicts_and_changes_nothing(sim_host, run_module, file_digest):
+    state = sim_host("1xA100-SXM4-40GB,1xH100-SXM5-80GB")
+    before = file_digest(state)
+    result = run_module(mig_mode, {"mode": "enabled", "reset": True}, check_mode=True, diff=True)
+    assert result["changed"] is True
+    a100, h100 = result["gpus"]
+    assert a100["mig_mode"] == {"current": "disabled", "pending": "enabled"}
+    assert h100["mig_mode"] == {"current": "enabled", "pending": "enabled"}
+    assert "current=disabled pending=enabled" in result["diff"]["after"]
+    assert "current=disabled pending=disabled" in result["diff"]["before"]
+    assert file_digest(state) == before
+
+
+def test_passthrough_vm_needs_a_reboot(sim_host, run_module):
+    state = sim_host("1xA100-SXM4-40GB")
+    sim.set_host(state, passthrough=True)
+    result = run_module(mig_mode, {"mode": "enabled", "reset": True})
+    gpu = result["gpus"][0]
+    assert result["reboot_required"] is True and result["reset_required"] is False
+    assert gpu["action_required"] == "reboot"
+    assert gpu["reset"]["reason"] == "not_supported"
+    assert "reboot" in gpu["hint"]
+    sim.reboot(state)
+    after = run_module(mig_mode, {"mode": "enabled", "reset": True})
+    assert after["changed"] is False and after["reboot_required"] is False
+    assert modes(state) == [{"current": 1, "pending": 1}]
+
+
+def test_clients_holding_the_gpu_block_the_reset(sim_host, run_module):
+    state = sim_host("1xA30-24GB")
+    sim.set_host(state, add_clients=["nvidia-dcgm"])
+    result = run_module(mig_mode, {"mode": "enabled", "reset": True})
+    gpu = result["gpus"][0]
+    assert gpu["reset"] == {"attempted": True, "ok": False, "reason": "in_use",
+                            "message": "Unable to reset GPU 00000000:07:00.0: In use by another client"}
+    assert gpu["action_required"] == "reboot"
+    assert "nvidia-dcgm" in gpu["hint"] or "dcgm" in gpu["hint"]
+    assert modes(state) == [{"current": 0, "pending": 1}]
+
+
+def test_disabling_destroys_idle_mig_devices(sim_host, run_module):
+    state = sim_host("1xH100-SXM5-80GB", mig="enabled")
+    make_layout(0, [(9, 0, 4, 2), (9, 4, 4, 2)])
+    result = run_module(mig_mode, {"mode": "disabled"})
+    assert result["changed"] is True
+    assert [gi["profile"] for gi in result["gpus"][0]["destroyed"]] == ["3g.40gb", "3g.40gb"]
+    assert modes(state) == [{"current": 0, "pending": 0}]
+    assert sim.load_state(state)["gpus"][0]["gpu_instances"] == []
+
+
+def test_busy_mig_device_blocks_disabling_and_nothing_changes(sim_host, run_module, file_digest):
+    state = sim_host("1xA100-SXM4-40GB,1xH100-SXM5-80GB", mig="enabled")
+    make_layout(1, [(9, 0, 4, 2)])
+    gi = make_layout(0, [(19, 0, 1, 0), (9, 4, 4, 2)])[1]
+    sim.add_process(state, 0, pid=31337, gi=gi, ci=0)
+    before = file_digest(state)
+    result = run_module(mig_mode, {"mode": "disabled"})
+    assert result["failed"] is True
+    msg = result["msg"]
+    assert msg.startswith("Nothing was changed.")
+    assert "GPU 0 (NVIDIA A100-SXM4-40GB, 00000000:07:00.0)" in msg
+    assert "GPU instance %d (3g.20gb @4:4) compute instance 0" % gi in msg
+    assert "PIDs 31337" in msg and "MIG-" in msg
+    assert file_digest(state) == before   # GPU 1 was idle, but it was not touched either
+
+
+def test_processes_on_a_whole_gpu_block_a_mode_change(sim_host, run_module, file_digest):
+    state = sim_host("1xH100-SXM5-80GB")
+    sim.add_process(state, 0, pid=777)
+    before = file_digest(state)
+    result = run_module(mig_mode, {"mode": "enabled"})
+    assert result["failed"] is True
+    assert "has processes (PIDs 777)" in result["msg"]
+    assert file_digest(state) == before
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"mode": "enabled", "gpus": ["3"]}, "GPU index 3 does not exist on this host (it has GPU indexes 0, 1)"),
+    ({"mode": "enabled", "gpus": ["1"]}, "Nothing was changed. GPU 1 (NVIDIA A10, 00000000:0F:00.0) is not MIG-capable"),
+    ({"mode": "enabled", "gpus": ["all"], "non_capable": "fail"},
+     "Nothing was changed. GPU 1 (NVIDIA A10, 00000000:0F:00.0) is not MIG-capable"),
+    ({"mode": "enabled", "gpus": ["GPU-nope"]}, "no GPU with UUID GPU-nope on this host"),
+    ({"mode": "enabled", "gpus": ["0x12345678"]}, "no GPU with PCI device ID 0x12345678 on this host"),
+    ({"mode": "enabled", "gpus": ["gpu0"]}, "'gpu0' is not a GPU selector"),
+])
+def test_bad_input_is_a_clear_error_and_changes_nothing(sim_host, run_module, file_digest, args, message):
+    state = sim_host("1xA100-SXM4-40GB,1xA10")
+    before = file_digest(state)
+    result = run_module(mig_mode, args)
+    assert result["failed"] is True
+    assert result["msg"].startswith(message)
+    assert file_digest(state) == before
+
+
+def test_all_skips_gpus_that_are_not_mig_capable(sim_host, run_module):
+    state = sim_host("1xA10,1xH100-SXM5-80GB")
+    result = run_module(mig_mode, {"mode": "enabled"})
+    assert [g["skipped"] for g in result["gpus"]] == ["not MIG-capable", None]
+    assert modes(state)[1] == {"current": 1, "pending": 1}
+
+
+def test_missing_privileges_are_reported_as_such(sim_host, run_module):
+    state = sim_host("1xH100-SXM5-80GB")
+    sim.set_host(state, deny_changes=True)
+    result = run_module(mig_mode, {"mode": "enabled"})
+    assert result["failed"] is True
+    assert "setting MIG mode enabled: permission denied" in result["msg"]
+    assert modes(state) == [{"current": 0, "pending": 0}]
