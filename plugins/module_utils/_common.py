@@ -109,3 +109,14 @@ def module_run_command(module):
     def run(argv):
         return module.run_command(argv)
     return run
+
+
+# Paired with the doc fragment gpuops.mig._config_source.
+CONFIG_SOURCE_ARG_SPEC = dict(
+    config=dict(type="dict"),
+    config_file=dict(type="path"),
+    layouts=dict(type="list", elements="dict"),
+    config_name=dict(type="str"),
+    allow_unmatched=dict(type="bool", default=False),
+)
+CONFIG_SOURCE_EXCLUSIVE = [("config", "config_file", "layouts")]

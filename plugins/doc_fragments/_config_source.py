@@ -1,0 +1,45 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the gpuops.mig collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+
+class ModuleDocFragment(object):
+    """Paired with CONFIG_SOURCE_ARG_SPEC in plugins/module_utils/_common.py (private)."""
+
+    DOCUMENTATION = r"""
+options:
+  config:
+    description:
+      - A mig-parted v1 config, inline (the same structure as the file, or the GPU Operator's
+        ConfigMap C(config.yaml)): C(version) and C(mig-configs), each config a list of entries with
+        C(devices) (V(all) or GPU indices), optional C(device-filter) (one or a list of C(0xDDDDVVVV)),
+        C(mig-enabled) and C(mig-devices) (MIG device name to count, for example C(3g.20gb) or C(1c.3g.20gb)).
+      - Mutually exclusive with O(config_file) and O(layouts).
+    type: dict
+  config_file:
+    description:
+      - Path, on the managed host, of a mig-parted v1 config file.
+    type: path
+  layouts:
+    description:
+      - Inline per-GPU layouts, for playbooks that do not use mig-parted files. Each item has C(gpus)
+        (V(all) or a list of indices), optional C(device_filter), C(mig_enabled) (default V(true)) and
+        C(devices) (MIG device name to count).
+    type: list
+    elements: dict
+  config_name:
+    description:
+      - Which config of O(config) or O(config_file) to apply. May be left out when there is only one.
+    type: str
+  allow_unmatched:
+    description:
+      - Accept entries that select no GPU on this host. Entries with a C(device-filter) for another
+        GPU model are always accepted, so one config can serve a mixed fleet.
+    type: bool
+    default: false
+notes:
+  - Profile names are resolved per GPU through NVML, so one config serves a node with several GPU models.
+    GPUs that no entry selects are left alone.
+"""

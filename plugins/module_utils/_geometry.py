@@ -1,0 +1,291 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the gpuops.mig collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""MIG geometry on a host: read it from NVML, plan it with _layout, apply the plan.
+
+Private to the collection and free of Ansible imports: the mig_config module
+and the boot-time restore (tools/gpuops-mig-restore) both run it. The order is
+always the same: resolve the config for every GPU, read and plan every GPU,
+and only then change anything, so bad input changes nothing.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpuops.mig.plugins.module_utils import _layout as layout
+from ansible_collections.gpuops.mig.plugins.module_utils import _migparted as migparted
+from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
+    NvmlError,
+    mig_device_name,
+    terminate_processes,
+)
+
+# Compute-instance profile constants by SM-slice count (NVML_COMPUTE_INSTANCE_PROFILE_*).
+_CI_CONSTANT = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
+
+
+class GeometryError(Exception):
+    """Bad input or an unsafe change, found before anything was changed."""
+
+
+class ApplyError(Exception):
+    """A failure part-way; ``report`` says what was done and what was not."""
+
+    def __init__(self, message, report):
+        super(ApplyError, self).__init__(message)
+        self.report = report
+
+
+# -- input -------------------------------------------------------------------
+
+def load_entries(config=None, config_file=None, config_name=None, layouts=None):
+    """ConfigEntry values from a mig-parted config (inline or a file) or inline layouts."""
+    if layouts is not None:
+        return migparted.entries_from_layouts(layouts, origin="layouts")
+    if config_file is not None:
+        try:
+            with open(config_file) as f:
+                text = f.read()
+        except (IOError, OSError) as e:
+            raise migparted.ConfigError("cannot read the mig-parted config %s: %s" % (config_file, e))
+        parsed = migparted.load_config(text, origin=config_file)
+    else:
+        parsed = migparted.load_config(config, origin="mig-parted config")
+    return parsed.select(config_name)
+
+
+def resolve(nvml, entries, allow_unmatched=False):
+    """Match entries to this host's GPUs; returns (Resolution, {index: gpu identity})."""
+    gpus = {}
+    host = []
+    for index in range(nvml.gpu_count()):
+        gpu = nvml.gpu(index)
+        gpus[index] = gpu
+        host.append(migparted.HostGpu(index=index, pci_device_id=gpu["pci_device_id"],
+                                      mig_capable=nvml.mig_mode(index) is not None, name=gpu["name"]))
+    resolution = migparted.resolve_targets(entries, host, allow_unmatched=allow_unmatched)
+    if not allow_unmatched:
+        # An entry that selects nothing is fine when its device-filter names
+        # another GPU model (one config serves a mixed fleet); otherwise it is
+        # almost certainly a mistake.
+        for entry in resolution.unmatched:
+            if not entry.device_filter:
+                raise migparted.ConfigError("%s selects no MIG-capable GPU on this host" % entry.label)
+        if entries and not resolution.targets and not resolution.skipped:
+            raise migparted.ConfigError("no entry of the config selects a GPU on this host (GPUs: %s)"
+                                        % ", ".join(g["label"] for g in gpus.values()) or "none")
+    return resolution, gpus
+
+
+# -- reading -----------------------------------------------------------------
+
+def derived_ci_profiles(gi_name, gi_sm_slices):
+    """Compute-instance profiles of a GI profile, by the rule NVIDIA's tools use.
+
+    NVML lists CI profiles only for an existing GPU instance, so planning a new
+    one needs the rule: c == g, or c < g with 2c <= g + 1; floor(g / c) of
+    them, at starts that are multiples of c. The placements are assumed (see
+    docs/simulator.md), and the driver rejects a wrong one before any change.
+    """
+    profiles = []
+    for c, constant in sorted(_CI_CONSTANT.items()):
+        if c > gi_sm_slices or (c < gi_sm_slices and 2 * c > gi_sm_slices + 1):
+            continue
+        starts = tuple(s for s in range(0, gi_sm_slices, c) if s + c <= gi_sm_slices)
+        profiles.append(layout.CiProfile(id=constant, sm_slices=c, max_count=gi_sm_slices // c,
+                                         placements=starts if c < gi_sm_slices else (0,),
+                                         name=mig_device_name(c, gi_sm_slices, gi_name)))
+    return tuple(profiles)
+
+
+def read_geometry(nvml, index):
+    """The GPU model's geometry as the planner needs it, from NVML's profile list."""
+    profiles = nvml.gi_profiles(index)
+    if not profiles:
+        raise GeometryError("%s lists no MIG profiles (an older driver lists them only while MIG is "
+                            "enabled)" % nvml.gpu(index)["label"])
+    gi_profiles = []
+    for p in profiles:
+        aliases = (p["nvml_name"],) if p["nvml_name"] and p["nvml_name"] != p["name"] else ()
+        gi_profiles.append(layout.GiProfile(
+            id=p["id"], name=p["name"], memory_slices=p["memory_slices"], sm_slices=p["sm_slices"],
+            max_count=p["max_count"], placements=tuple(p["placements"]),
+            ci_profiles=derived_ci_profiles(p["name"], p["sm_slices"]), aliases=aliases))
+    memory_slices = max(p["memory_slices"] + max(p["placements"] or [0]) for p in profiles)
+    sm_slices = max(p["sm_slices"] for p in profiles)
+    return layout.GpuGeometry(memory_slices=memory_slices, sm_slices=sm_slices, profiles=tuple(gi_profiles))
+
+
+def read_layout(nvml, index):
+    """The GPU's instances as planner values (ids, placements, PIDs, UUIDs)."""
+    instances = []
+    for gi in nvml.layout(index):
+        cis = tuple(layout.ComputeInstance(ci_id=ci["id"], profile_id=ci["profile_id"],
+                                           start=ci["placement"]["start"],
+                                           pids=tuple(p["pid"] for p in ci["processes"]),
+                                           uuid=ci["mig_device_uuid"])
+                    for ci in gi["compute_instances"])
+        instances.append(layout.GpuInstance(gi_id=gi["id"], profile_id=gi["profile_id"],
+                                            start=gi["placement"]["start"], compute_instances=cis))
+    return tuple(instances)
+
+
+# -- planning ----------------------------------------------------------------
+
+class GpuWork(object):
+    """Everything about one GPU between planning and reporting."""
+
+    def __init__(self, target, gpu, mode):
+        self.target = target
+        self.gpu = gpu
+        self.index = gpu["index"]
+        self.label = gpu["label"]
+        self.current_mode = mode          # (current, pending)
+        self.geometry = None
+        self.before = ()
+        self.plan = None
+        self.mode_mismatch = None         # text when the MIG mode is not what the entry wants
+        self.done = []
+        self.after = None
+
+
+def plan_host(nvml, resolution, gpus, force=False, check_mode=False):
+    """Read and plan every targeted GPU; raise GeometryError before any change."""
+    work = []
+    problems = []
+    for target in resolution.targets:
+        gpu = gpus[target.gpu.index]
+        mode = nvml.mig_mode(gpu["index"])
+        item = GpuWork(target, gpu, mode)
+        work.append(item)
+        enabled_now = mode[0] == 1
+        if target.mig_enabled != enabled_now:
+            item.mode_mismatch = "%s: %s wants MIG %s, but it is %s%s" % (
+                item.label, target.entry.label, "enabled" if target.mig_enabled else "disabled",
+                "enabled" if enabled_now else "disabled",
+                " (apply the mode first: gpuops.mig.mig_mode with the same config)")
+            if not check_mode:
+                problems.append(item.mode_mismatch)
+                continue
+        if not target.mig_enabled:
+            continue  # MIG off: no geometry to plan
+        try:
+            item.geometry = read_geometry(nvml, item.index)
+            item.before = read_layout(nvml, item.index) if enabled_now else ()
+            item.plan = layout.plan_gpu(item.geometry, item.before, target.mig_devices, force=force)
+        except (layout.LayoutError, GeometryError) as e:
+            problems.append("%s: %s: %s" % (item.label, target.entry.label, e))
+    if problems:
+        raise GeometryError("Nothing was changed. " + " | ".join(problems))
+    return work
+
+
+# -- acting ------------------------------------------------------------------
+
+def apply_host(nvml, work, force_timeout=10.0):
+    """Carry out the plans GPU by GPU: destroy, then create with explicit placements.
+
+    A GPU instance whose compute instances cannot all be created is destroyed
+    again, so no half-made device stays. On failure ApplyError.report lists
+    per GPU what was done and what was not; a new run converges from there.
+    """
+    for item in work:
+        if item.plan is None or not item.plan.changed:
+            continue
+        try:
+            _apply_gpu(nvml, item, force_timeout)
+        except NvmlError as e:
+            raise ApplyError("%s: %s" % (item.label, e), report(work, failed=item, error=str(e)))
+
+
+def _apply_gpu(nvml, item, force_timeout):
+    plan, index = item.plan, item.index
+    busy_pids = sorted(set(p for _gi, ci in plan.destroyed_compute_instances() for p in ci.pids))
+    if busy_pids:  # only reachable with force; planning refused otherwise
+        survivors = terminate_processes(busy_pids, force_timeout)
+        item.done.append({"action": "terminate", "pids": busy_pids})
+        if survivors:
+            raise NvmlError("processes %s survived SIGKILL" % survivors)
+    for change in plan.change:
+        for ci in change.destroy:
+            nvml.destroy_compute_instance(index, change.gi.gi_id, ci.ci_id)
+            item.done.append(_step("destroy_ci", item, change.gi, ci))
+    for gi in plan.destroy:
+        nvml.destroy_gpu_instance(index, gi.gi_id)
+        item.done.append(_step("destroy_gi", item, gi))
+    for change in plan.change:
+        for ci in change.create:
+            nvml.create_compute_instance(index, change.gi.gi_id, ci.profile_id, ci.start)
+            item.done.append(_step("create_ci", item, change.gi, ci))
+    for gi in plan.create:
+        profile = item.geometry.gi_profile(gi.profile_id)
+        gi_id = nvml.create_gpu_instance(index, gi.profile_id, gi.start, profile.memory_slices)
+        try:
+            for ci in gi.compute_instances:
+                nvml.create_compute_instance(index, gi_id, ci.profile_id, ci.start)
+        except NvmlError:
+            nvml.destroy_gpu_instance(index, gi_id)  # no GPU instance without its devices
+            raise
+        item.done.append(_step("create_gi", item, gi, gi_id=gi_id))
+
+
+def _step(action, item, gi, ci=None, gi_id=None):
+    profile = item.geometry.gi_profile(gi.profile_id)
+    step = {"action": action, "gpu": item.index, "gi_id": gi_id if gi_id is not None else gi.gi_id,
+            "profile": profile.name, "placement": {"start": gi.start, "size": profile.memory_slices}}
+    if ci is not None:
+        step["ci_id"] = ci.ci_id
+        step["device"] = item.geometry.device_name(gi.profile_id, ci.profile_id)
+    return step
+
+
+# -- reporting ---------------------------------------------------------------
+
+def reread(nvml, work):
+    """Read the resulting layouts (UUIDs of new devices included)."""
+    for item in work:
+        if item.geometry is not None and nvml.mig_mode(item.index)[0] == 1:
+            item.after = read_layout(nvml, item.index)
+
+
+def report(work, failed=None, error=None):
+    """Per GPU: what the plan is, what was done, and (after a failure) what was not."""
+    out = []
+    for item in work:
+        entry = {
+            "index": item.index,
+            "uuid": item.gpu["uuid"],
+            "name": item.gpu["name"],
+            "entry": item.target.entry.label,
+            "mig_enabled": item.target.mig_enabled,
+            "mode_mismatch": item.mode_mismatch,
+            "changed": bool(item.plan is not None and item.plan.changed),
+            "target": dict(item.target.mig_devices),
+            "plan": layout.plan_as_dict(item.geometry, item.plan) if item.plan is not None else None,
+            "done": item.done,
+        }
+        if item.after is not None:
+            entry["devices"] = layout.layout_as_list(item.geometry, item.after)
+            entry["mig_devices"] = layout.device_counts(item.geometry, item.after)
+        if failed is item:
+            entry["error"] = error
+            entry["not_done"] = "the rest of this GPU's plan, and every GPU after it"
+        out.append(entry)
+    return out
+
+
+def diff(work, check_mode):
+    """Readable before/after layouts per GPU (after = the plan's result in check mode)."""
+    before, after = [], []
+    for item in work:
+        if item.geometry is None:
+            continue
+        result = item.plan.result if (check_mode or item.after is None) and item.plan else (item.after or ())
+        before.append("%s\n%s" % (item.label, _indent(layout.describe_layout(item.geometry, item.before))))
+        after.append("%s\n%s" % (item.label, _indent(layout.describe_layout(item.geometry, result))))
+    return {"before": "".join(before), "after": "".join(after),
+            "before_header": "MIG layout (before)", "after_header": "MIG layout (after)"}
+
+
+def _indent(text):
+    return "".join("  %s\n" % line for line in text.splitlines()) or "  (no MIG devices)\n"

@@ -1,0 +1,154 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the gpuops.mig collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: mig_config
+short_description: Apply NVIDIA MIG geometry declaratively, keeping the devices that can stay
+version_added: 0.1.0
+description:
+  - Sets the MIG devices (GPU instances and their compute instances) of each selected GPU from a
+    mig-parted v1 config, or from inline per-GPU layouts.
+  - Everything is validated before any GPU is touched (unknown profile for that GPU model, more
+    instances than fit, a combination no placement can hold, an entry that selects no GPU, MIG disabled
+    where devices are asked for); the error names the config, the entry and the GPU.
+  - Per GPU it keeps every existing GPU instance the target can keep (with its MIG device UUIDs),
+    destroys only what must go and creates the rest at explicit placements chosen so that everything fits.
+    Among valid plans it prefers the one that destroys fewest devices, then the one that leaves the
+    largest contiguous free range.
+  - It never destroys a MIG device that has processes unless O(force=true); without it the module fails
+    before any change, naming the GPU, the device and the PIDs.
+  - It does not change the MIG mode; use M(gpuops.mig.mig_mode) with the same config first. In check mode a
+    GPU whose mode is not yet right is planned as if it were, and flagged with C(mode_mismatch).
+author:
+  - gpuops.mig contributors (@gpuops)
+requirements:
+  - nvidia-ml-py (import C(pynvml)) and PyYAML on the managed host
+  - root, or the mig/config capability, on the managed host
+extends_documentation_fragment:
+  - gpuops.mig._attributes
+  - gpuops.mig._attributes.ACTIONGROUP_MIG
+  - gpuops.mig._config_source
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+options:
+  force:
+    description:
+      - Terminate (SIGTERM, then SIGKILL after O(force_timeout) seconds) processes on MIG devices the plan
+        must destroy, instead of failing.
+    type: bool
+    default: false
+  force_timeout:
+    description:
+      - Seconds to wait after SIGTERM before SIGKILL when O(force=true).
+    type: float
+    default: 10
+"""
+
+EXAMPLES = r"""
+- name: Apply a named config from the mig-parted file used with the GPU Operator
+  gpuops.mig.mig_config:
+    config_file: /etc/nvidia-mig-manager/config.yaml
+    config_name: all-balanced
+
+- name: Preview the plan without touching the GPUs
+  gpuops.mig.mig_config:
+    config_file: /etc/nvidia-mig-manager/config.yaml
+    config_name: all-3g.20gb
+  check_mode: true
+  diff: true
+  register: preview
+
+- name: Inline layouts per GPU
+  gpuops.mig.mig_config:
+    layouts:
+      - gpus: [0, 1]
+        devices: {3g.40gb: 2}
+      - gpus: [2]
+        devices: {1g.10gb: 7}
+"""
+
+RETURN = r"""
+gpus:
+  description:
+    - Per targeted GPU, C(index), C(uuid), C(name), C(entry) (which config entry selected it),
+      C(mig_enabled), C(mode_mismatch), C(changed), C(target) (device name to count), C(plan) (C(keep),
+      C(change), C(destroy), C(create) with placements, C(result), C(destroyed_devices), C(created_devices)),
+      C(done) (the steps carried out), and after a real run C(devices) (the resulting GPU instances with
+      their MIG device UUIDs) and C(mig_devices) (device name to count).
+  returned: always
+  type: list
+  elements: dict
+skipped:
+  description: GPUs an entry selected but that are not MIG-capable (left alone).
+  returned: always
+  type: list
+  elements: str
+unmatched:
+  description: Entries that selected no GPU on this host (for example a device-filter for another model).
+  returned: always
+  type: list
+  elements: str
+failed_part_way:
+  description: On a failure after changes began, per GPU what was done and what was not.
+  returned: failure
+  type: list
+  elements: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.mig.plugins.module_utils import _geometry as geometry
+from ansible_collections.gpuops.mig.plugins.module_utils._common import (
+    CONFIG_SOURCE_ARG_SPEC,
+    CONFIG_SOURCE_EXCLUSIVE,
+    nvml_session,
+)
+from ansible_collections.gpuops.mig.plugins.module_utils._layout import LayoutError
+
+
+def main():
+    argument_spec = dict(
+        force=dict(type="bool", default=False),
+        force_timeout=dict(type="float", default=10),
+    )
+    argument_spec.update(CONFIG_SOURCE_ARG_SPEC)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
+                           mutually_exclusive=CONFIG_SOURCE_EXCLUSIVE,
+                           required_one_of=CONFIG_SOURCE_EXCLUSIVE)
+    p = module.params
+    with nvml_session(module) as nvml:
+        try:
+            entries = geometry.load_entries(p["config"], p["config_file"], p["config_name"], p["layouts"])
+            resolution, gpus = geometry.resolve(nvml, entries, p["allow_unmatched"])
+            work = geometry.plan_host(nvml, resolution, gpus, p["force"], module.check_mode)
+        except (LayoutError, geometry.GeometryError) as e:
+            module.fail_json(msg=str(e))
+        if not module.check_mode:
+            try:
+                geometry.apply_host(nvml, work, p["force_timeout"])
+            except geometry.ApplyError as e:
+                module.fail_json(msg="MIG geometry failed part-way: %s. The next run continues from here." % e,
+                                 failed_part_way=e.report, changed=True)
+            geometry.reread(nvml, work)
+        result = dict(
+            changed=any(item.plan is not None and item.plan.changed for item in work),
+            gpus=geometry.report(work),
+            skipped=["%s (%s)" % (gpu.label, entry.label) for gpu, entry in resolution.skipped],
+            unmatched=[entry.label for entry in resolution.unmatched],
+        )
+        if module._diff:
+            result["diff"] = geometry.diff(work, module.check_mode)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

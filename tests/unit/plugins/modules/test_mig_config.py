@@ -1,0 +1,139 @@
+"""gpuops.mig.mig_config through the simulator (pynvml's own code runs)."""
+
+import os
+
+import pytest
+
+from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim as sim
+from ansible_collections.gpuops.mig.plugins.modules import mig_config
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "module_utils", "fixtures")
+CONFIG = os.path.abspath(os.path.join(FIXTURES, "mig-parted-config.yaml"))
+
+
+def devices(result, index):
+    return next(g for g in result["gpus"] if g["index"] == index)
+
+
+def uuids(gpu_report):
+    return {ci["uuid"] for gi in gpu_report["devices"] for ci in gi["compute_instances"]}
+
+
+def apply(run_module, name, **kwargs):
+    args = {"config_file": CONFIG, "config_name": name}
+    args.update(kwargs.pop("args", {}))
+    return run_module(mig_config, args, **kwargs)
+
+
+def test_mixed_model_host_converges_and_is_idempotent(sim_host, run_module, file_digest):
+    state = sim_host("1xA100-SXM4-40GB,1xH100-SXM5-80GB,1xA30-24GB", mig="enabled")
+    before = file_digest(state)
+    preview = apply(run_module, "all-balanced", check_mode=True, diff=True)
+    assert preview["changed"] is True
+    assert file_digest(state) == before
+    assert devices(preview, 0)["plan"]["created_devices"] == 4
+    assert "3g.20gb" in preview["diff"]["after"] and "(no MIG devices)" in preview["diff"]["before"]
+
+    result = apply(run_module, "all-balanced")
+    assert result["changed"] is True
+    assert devices(result, 0)["mig_devices"] == {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}
+    assert devices(result, 1)["mig_devices"] == {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
+    assert devices(result, 2)["mig_devices"] == {"1g.6gb": 2, "2g.12gb": 1}
+    assert all(u.startswith("MIG-") for u in uuids(devices(result, 0)))
+    assert any("0x2330" in label for label in result["unmatched"]) or result["unmatched"]
+
+    again = apply(run_module, "all-balanced")
+    assert again["changed"] is False
+    assert uuids(devices(again, 1)) == uuids(devices(result, 1))
+
+
+def test_devices_that_can_stay_keep_their_uuids(sim_host, run_module):
+    sim_host("1xA100-SXM4-40GB", mig="enabled")
+    seven = apply(run_module, "all-1g.5gb")
+    before = {(gi["placement"]["start"], gi["compute_instances"][0]["uuid"]) for gi in devices(seven, 0)["devices"]}
+    result = apply(run_module, "all-balanced")
+    gpu = devices(result, 0)
+    after = {(gi["placement"]["start"], gi["compute_instances"][0]["uuid"]) for gi in gpu["devices"]}
+    kept = before & after
+    assert len(kept) == 2                      # two 1g.5gb devices stay, with their UUIDs
+    assert gpu["plan"]["destroyed_devices"] == 5
+    assert gpu["mig_devices"] == {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}
+
+
+def test_a_busy_device_is_kept_when_the_new_layout_has_room_for_it(sim_host, run_module):
+    state = sim_host("1xA100-SXM4-40GB", mig="enabled")
+    first = apply(run_module, "all-3g.20gb")
+    busy = devices(first, 0)["devices"][1]
+    sim.add_process(state, 0, pid=5150, gi=busy["gi_id"], ci=busy["compute_instances"][0]["ci_id"])
+    result = run_module(mig_config, {"layouts": [{"gpus": "all", "devices": {"3g.20gb": 1, "1g.5gb": 3}}]})
+    gpu = devices(result, 0)
+    assert busy["compute_instances"][0]["uuid"] in uuids(gpu)
+    assert gpu["mig_devices"] == {"1g.5gb": 3, "3g.20gb": 1}
+
+
+def test_a_busy_device_that_must_go_stops_everything(sim_host, run_module, file_digest):
+    state = sim_host("2xA100-SXM4-40GB", mig="enabled")
+    first = apply(run_module, "all-3g.20gb")
+    busy = devices(first, 1)["devices"][0]
+    sim.add_process(state, 1, pid=6060, gi=busy["gi_id"], ci=busy["compute_instances"][0]["ci_id"])
+    before = file_digest(state)
+    result = apply(run_module, "all-1g.5gb")
+    assert result["failed"] is True
+    assert result["msg"].startswith("Nothing was changed.")
+    assert "GPU 1 (NVIDIA A100-SXM4-40GB, 00000000:0F:00.0)" in result["msg"]
+    assert "6060" in result["msg"] and busy["compute_instances"][0]["uuid"] in result["msg"]
+    assert file_digest(state) == before   # GPU 0 was free to change, but nothing ran
+
+
+def test_failure_part_way_leaves_no_half_made_device_and_rerun_converges(sim_host, run_module):
+    state = sim_host("1xH100-SXM5-80GB", mig="enabled")
+    sim.add_fault(state, "nvmlGpuInstanceCreateComputeInstanceWithPlacement", "INSUFFICIENT_RESOURCES", nth=2)
+    result = run_module(mig_config, {"layouts": [{"gpus": "all", "devices": {"3g.40gb": 2}}]})
+    assert result["failed"] is True
+    assert "failed part-way" in result["msg"]
+    report = result["failed_part_way"][0]
+    assert [s["action"] for s in report["done"]] == ["create_gi"]
+    state_gpu = sim.load_state(state)["gpus"][0]
+    assert len(state_gpu["gpu_instances"]) == 1
+    assert all(gi["compute_instances"] for gi in state_gpu["gpu_instances"])   # nothing half-made
+    again = run_module(mig_config, {"layouts": [{"gpus": "all", "devices": {"3g.40gb": 2}}]})
+    assert again["changed"] is True
+    assert devices(again, 0)["mig_devices"] == {"3g.40gb": 2}
+    assert devices(again, 0)["plan"]["created_devices"] == 1
+
+
+@pytest.mark.parametrize("args, expected", [
+    ({"layouts": [{"gpus": "all", "devices": {"3g.40gb": 1}}]},
+     "GPU 0 (NVIDIA A100-SXM4-40GB, 00000000:07:00.0): layouts[0] (gpus: all): unknown MIG profile '3g.40gb'"),
+    ({"layouts": [{"gpus": [0], "devices": {"4g.20gb": 2}}]}, "4g.20gb x2 requested, but this GPU model holds at most 1"),
+    ({"layouts": [{"gpus": [0], "devices": {"4g.20gb": 1, "2g.10gb": 2}}]}, "need"),
+    ({"layouts": [{"gpus": [3], "devices": {"1g.5gb": 1}}]}, "selects GPU index 3, but this host has"),
+    ({"layouts": [{"gpus": "all", "devices": {"1g.5gb": 1}, "colour": "red"}]}, "unknown key"),
+    ({"config": {"version": "v1", "mig-configs": {"a": [{"devices": 0, "mig-enabled": True, "mig-devices": {}}]}}},
+     "devices"),
+    ({"config_file": "BROKEN"}, "broken.yaml: not valid YAML"),
+    ({"config_file": "/nonexistent/config.yaml"}, "cannot read the mig-parted config /nonexistent/config.yaml"),
+    ({"config_file": CONFIG, "config_name": "all-teapots"}, "no config named 'all-teapots'; available: "),
+])
+def test_bad_input_is_a_clear_error_and_changes_nothing(sim_host, run_module, file_digest, tmp_path, args, expected):
+    state = sim_host("1xA100-SXM4-40GB", mig="enabled")
+    if args.get("config_file") == "BROKEN":
+        broken = tmp_path / "broken.yaml"
+        broken.write_text("version: v1\nmig-configs: {a: [devices: all\n")
+        args = {"config_file": str(broken)}
+    before = file_digest(state)
+    result = run_module(mig_config, args)
+    assert result["failed"] is True, result
+    assert expected in result["msg"]
+    assert file_digest(state) == before
+
+
+def test_mig_disabled_where_devices_are_asked_for(sim_host, run_module, file_digest):
+    state = sim_host("1xA100-SXM4-40GB")
+    before = file_digest(state)
+    result = apply(run_module, "all-3g.20gb")
+    assert result["failed"] is True
+    assert "wants MIG enabled, but it is disabled" in result["msg"]
+    assert file_digest(state) == before
+    preview = apply(run_module, "all-3g.20gb", check_mode=True)   # the decide step of a rollout
+    assert preview["changed"] is True and devices(preview, 0)["mode_mismatch"]
