@@ -32,6 +32,7 @@ extends_documentation_fragment:
   - gpuops.mig._attributes
   - gpuops.mig._attributes.ACTIONGROUP_MIG
   - gpuops.mig._gpu_selection
+  - gpuops.mig._config_source
 attributes:
   check_mode:
     support: full
@@ -42,9 +43,12 @@ attributes:
 options:
   mode:
     description:
-      - The MIG mode the selected GPUs should have.
+      - The MIG mode the GPUs selected by O(gpus) should have.
+      - Instead of O(mode), give a config (O(config), O(config_file) or O(layouts)): each GPU then gets the
+        mode of the entry that selects it (C(mig-enabled)), and GPUs no entry selects are left alone.
+        That is how to prepare a GPU for M(gpuops.mig.mig_config) with the same config.
+      - Exactly one of O(mode), O(config), O(config_file) and O(layouts) is required.
     type: str
-    required: true
     choices: [enabled, disabled]
   reset:
     description:
@@ -93,6 +97,12 @@ EXAMPLES = r"""
   ansible.builtin.reboot:
   when: mig.reboot_required
 
+- name: Give each GPU the mode a mig-parted config asks for
+  gpuops.mig.mig_mode:
+    config_file: /etc/nvidia-mig-manager/config.yaml
+    config_name: all-balanced
+    reset: true
+
 - name: Turn MIG off on GPUs 2 and 3 (fails if MIG devices there are busy)
   gpuops.mig.mig_mode:
     gpus: [2, 3]
@@ -121,13 +131,17 @@ gpus:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuops.mig.plugins.module_utils import _geometry as geometry
 from ansible_collections.gpuops.mig.plugins.module_utils._common import (
+    CONFIG_SOURCE_ARG_SPEC,
+    CONFIG_SOURCE_EXCLUSIVE,
     GPU_SELECTION_ARG_SPEC,
     SelectionError,
     module_run_command,
     nvml_session,
     select_gpus,
 )
+from ansible_collections.gpuops.mig.plugins.module_utils._layout import LayoutError
 from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
     RESET_HINTS,
     RESET_REQUIRED,
@@ -166,28 +180,42 @@ class MigModeManager(object):
         self.module = module
         self.nvml = nvml
         self.params = module.params
-        self.desired = 1 if self.params["mode"] == "enabled" else 0
         self.results = []
 
     def fail(self, msg, **kwargs):
         self.module.fail_json(msg=msg, **kwargs)
 
     # read + decide -----------------------------------------------------------
+    def _wanted(self):
+        """{index: 0/1} for the GPUs to act on, from ``mode`` + ``gpus`` or from a config."""
+        nvml, p = self.nvml, self.params
+        if p["mode"] is not None:
+            identities = [nvml.gpu(i) for i in range(nvml.gpu_count())]
+            try:
+                selected = select_gpus(identities, p["gpus"])
+            except SelectionError as e:
+                self.fail(str(e))
+            return dict((g["index"], 1 if p["mode"] == "enabled" else 0) for g in selected)
+        try:
+            entries = geometry.load_entries(p["config"], p["config_file"], p["config_name"], p["layouts"])
+            resolution, _gpus = geometry.resolve(nvml, entries, p["allow_unmatched"])
+        except LayoutError as e:
+            self.fail(str(e))
+        return dict((t.gpu.index, 1 if t.mig_enabled else 0) for t in resolution.targets)
+
     def plan(self):
         nvml = self.nvml
-        identities = [nvml.gpu(i) for i in range(nvml.gpu_count())]
-        try:
-            selected = select_gpus(identities, self.params["gpus"])
-        except SelectionError as e:
-            self.fail(str(e))
+        wanted = self._wanted()
         problems = []
-        for gpu in selected:
+        for index in sorted(wanted):
+            gpu = nvml.gpu(index)
+            desired = wanted[index]
             entry = {
                 "index": gpu["index"], "uuid": gpu["uuid"], "name": gpu["name"],
                 "pci_bus_id": gpu["pci_bus_id"], "label": gpu["label"],
                 "architecture": gpu["architecture"],
                 "mig_mode_persists_across_reboot": gpu["mig_mode_persists_across_reboot"],
-                "changed": False, "skipped": None, "destroyed": [], "terminated_pids": [],
+                "desired": desired, "changed": False, "skipped": None, "destroyed": [], "terminated_pids": [],
                 "activation_status": None,
                 "reset": {"attempted": False, "ok": None, "reason": None, "message": None},
             }
@@ -195,14 +223,14 @@ class MigModeManager(object):
             if mode is None:
                 entry["mig_mode_before"] = entry["mig_mode"] = None
                 entry["skipped"] = "not MIG-capable"
-                if self.desired == 1 and (self.params["non_capable"] == "fail"
+                if desired == 1 and (self.params["non_capable"] == "fail"
                                           or self._explicit(gpu)):
                     problems.append("%s is not MIG-capable" % gpu["label"])
                 self.results.append(entry)
                 continue
             current, pending = mode
             entry["mig_mode_before"] = {"current": mode_name(current), "pending": mode_name(pending)}
-            entry["needs_set"] = pending != self.desired
+            entry["needs_set"] = pending != desired
             entry["blocking_pids"] = []
             if entry["needs_set"]:
                 problem = self._check_in_the_way(entry, current)
@@ -218,7 +246,7 @@ class MigModeManager(object):
     def _check_in_the_way(self, entry, current):
         """Record what blocks the mode change; return a message if that is not allowed."""
         index = entry["index"]
-        if self.desired == 0 and current == 1:
+        if entry["desired"] == 0 and current == 1:
             layout = self.nvml.layout(index)
             entry["to_destroy"] = layout
             busy = busy_devices(layout)
@@ -255,7 +283,7 @@ class MigModeManager(object):
             for gi in entry.get("to_destroy", []):
                 nvml.destroy_gpu_instance(entry["index"], gi["id"])
                 entry["destroyed"].append(gi)
-            entry["activation_status"] = nvml.set_mig_mode(entry["index"], self.desired == 1)
+            entry["activation_status"] = nvml.set_mig_mode(entry["index"], entry["desired"] == 1)
 
         if self.params["reset"] and not self.module.check_mode:
             self._reset_pending()
@@ -266,7 +294,7 @@ class MigModeManager(object):
             if entry["skipped"]:
                 continue
             current, _pending = self.nvml.mig_mode(entry["index"])
-            if current != self.desired:
+            if current != entry["desired"]:
                 if self.nvml.gpu_processes(entry["index"]):
                     entry["reset"].update(attempted=False, ok=False, reason="in_use",
                                           message="processes run on the GPU; not resetting it")
@@ -294,14 +322,14 @@ class MigModeManager(object):
                 before = entry["mig_mode_before"]
                 after = dict(before)
                 if entry["needs_set"]:
-                    after["pending"] = mode_name(self.desired)
+                    after["pending"] = mode_name(entry["desired"])
                     if entry["architecture"] not in ("ampere",):
-                        after["current"] = mode_name(self.desired)
+                        after["current"] = mode_name(entry["desired"])
                 entry["mig_mode"] = after
             else:
                 current, pending = self.nvml.mig_mode(entry["index"])
                 entry["mig_mode"] = {"current": mode_name(current), "pending": mode_name(pending)}
-            still_pending = entry["mig_mode"]["current"] != mode_name(self.desired)
+            still_pending = entry["mig_mode"]["current"] != mode_name(entry["desired"])
             reset = entry["reset"]
             if not still_pending:
                 entry["action_required"], entry["hint"] = "none", None
@@ -339,13 +367,13 @@ class MigModeManager(object):
         return "\n".join(lines) + "\n"
 
     def _public(self):
-        hidden = ("needs_set", "to_destroy", "blocking_pids", "label", "architecture")
+        hidden = ("needs_set", "to_destroy", "blocking_pids", "label", "architecture", "desired")
         return [dict((k, v) for k, v in e.items() if k not in hidden) for e in self.results]
 
 
 def main():
     argument_spec = dict(
-        mode=dict(type="str", required=True, choices=["enabled", "disabled"]),
+        mode=dict(type="str", choices=["enabled", "disabled"]),
         reset=dict(type="bool", default=False),
         force=dict(type="bool", default=False),
         force_timeout=dict(type="float", default=10),
@@ -353,7 +381,10 @@ def main():
         non_capable=dict(type="str", choices=["skip", "fail"], default="skip"),
     )
     argument_spec.update(GPU_SELECTION_ARG_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    argument_spec.update(CONFIG_SOURCE_ARG_SPEC)
+    exclusive = [("mode",) + CONFIG_SOURCE_EXCLUSIVE[0]]
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
+                           mutually_exclusive=exclusive, required_one_of=exclusive)
     with nvml_session(module) as nvml:
         manager = MigModeManager(module, nvml)
         manager.plan()

@@ -162,3 +162,25 @@ def test_missing_privileges_are_reported_as_such(sim_host, run_module):
     assert result["failed"] is True
     assert "setting MIG mode enabled: permission denied" in result["msg"]
     assert modes(state) == [{"current": 0, "pending": 0}]
+
+
+def test_mode_from_a_mig_parted_config(sim_host, run_module):
+    import os
+    config = os.path.join(os.path.dirname(__file__), "..", "module_utils", "fixtures", "mig-parted-config.yaml")
+    state = sim_host("1xH100-SXM5-80GB,1xA10,1xH100-SXM5-80GB")
+    # custom-config names GPUs 4-7, which this host does not have: an error unless allowed.
+    result = run_module(mig_mode, {"config_file": config, "config_name": "custom-config"})
+    assert result["failed"] is True and "selects GPU index 4, but this host has" in result["msg"]
+    result = run_module(mig_mode, {"config_file": config, "config_name": "custom-config", "allow_unmatched": True})
+    assert result["changed"] is False          # GPUs 0-2 are to stay off, and are
+    assert modes(state)[0] == {"current": 0, "pending": 0}
+    result = run_module(mig_mode, {"layouts": [{"gpus": [2], "devices": {"3g.40gb": 2}}], "reset": True})
+    assert [g["index"] for g in result["gpus"]] == [2]
+    assert modes(state)[2] == {"current": 1, "pending": 1}
+    assert modes(state)[0] == {"current": 0, "pending": 0}   # not selected: left alone
+
+
+def test_mode_and_config_are_exclusive(sim_host, run_module):
+    sim_host("1xH100-SXM5-80GB")
+    result = run_module(mig_mode, {"mode": "enabled", "layouts": [{"gpus": "all", "devices": {}}]})
+    assert result["failed"] is True and "mutually exclusive" in result["msg"]
