@@ -168,9 +168,9 @@ def test_mode_from_a_mig_parted_config(sim_host, run_module):
     import os
     config = os.path.join(os.path.dirname(__file__), "..", "module_utils", "fixtures", "mig-parted-config.yaml")
     state = sim_host("1xH100-SXM5-80GB,1xA10,1xH100-SXM5-80GB")
-    # custom-config names GPUs 4-7, which this host does not have: an error unless allowed.
+    # custom-config names GPUs 3-7, which this host does not have: an error unless allowed.
     result = run_module(mig_mode, {"config_file": config, "config_name": "custom-config"})
-    assert result["failed"] is True and "selects GPU index 4, but this host has" in result["msg"]
+    assert result["failed"] is True and "selects GPU index 3, but this host has" in result["msg"]
     result = run_module(mig_mode, {"config_file": config, "config_name": "custom-config", "allow_unmatched": True})
     assert result["changed"] is False          # GPUs 0-2 are to stay off, and are
     assert modes(state)[0] == {"current": 0, "pending": 0}
