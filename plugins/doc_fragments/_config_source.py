@@ -13,7 +13,7 @@ options:
   config:
     description:
       - A mig-parted v1 config, inline (the same structure as the file, or the GPU Operator's
-        ConfigMap C(config.yaml)): C(version) and C(mig-configs), each config a list of entries with
+        ConfigMap C(config.yaml)) with C(version) and C(mig-configs), each config a list of entries with
         C(devices) (V(all) or GPU indices), optional C(device-filter) (one or a list of C(0xDDDDVVVV)),
         C(mig-enabled) and C(mig-devices) (MIG device name to count, for example C(3g.20gb) or C(1c.3g.20gb)).
       - Mutually exclusive with O(config_file) and O(layouts).

@@ -106,8 +106,8 @@ def mig_profile_memory_gb(profile_memory_mib, total_memory_bytes):
 
 
 def gi_profile_name(constant, sm_slices, memory_mib, total_memory_bytes):
-    return "%dg.%dgb%s" % (sm_slices, mig_profile_memory_gb(memory_mib, total_memory_bytes),
-                          _GI_SUFFIX.get(constant, ""))
+    memory_gb = mig_profile_memory_gb(memory_mib, total_memory_bytes)
+    return "%dg.%dgb%s" % (sm_slices, memory_gb, _GI_SUFFIX.get(constant, ""))
 
 
 def mig_device_name(ci_sm_slices, gi_sm_slices, gi_name):

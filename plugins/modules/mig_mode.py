@@ -44,7 +44,7 @@ options:
   mode:
     description:
       - The MIG mode the GPUs selected by O(gpus) should have.
-      - Instead of O(mode), give a config (O(config), O(config_file) or O(layouts)): each GPU then gets the
+      - Instead of O(mode), give a config (O(config), O(config_file) or O(layouts)). Each GPU then gets the
         mode of the entry that selects it (C(mig-enabled)), and GPUs no entry selects are left alone.
         That is how to prepare a GPU for M(gpuops.mig.mig_config) with the same config.
       - Exactly one of O(mode), O(config), O(config_file) and O(layouts) is required.
@@ -223,8 +223,7 @@ class MigModeManager(object):
             if mode is None:
                 entry["mig_mode_before"] = entry["mig_mode"] = None
                 entry["skipped"] = "not MIG-capable"
-                if desired == 1 and (self.params["non_capable"] == "fail"
-                                          or self._explicit(gpu)):
+                if desired == 1 and (self.params["non_capable"] == "fail" or self._explicit(gpu)):
                     problems.append("%s is not MIG-capable" % gpu["label"])
                 self.results.append(entry)
                 continue

@@ -4,7 +4,6 @@ from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim as sim
 from ansible_collections.gpuops.mig.plugins.modules import mig_facts
 
 
-
 def facts_of(result):
     return result["ansible_facts"]["gpuops_mig"]
 
