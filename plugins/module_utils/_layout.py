@@ -1,0 +1,949 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the gpuops.mig collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+# MIG layout model and minimal-disruption planner.
+#
+# Pure Python (stdlib only, no NVML, no Ansible) so it can be tested on its own
+# and run at boot. The NVML adapter describes a GPU model as a GpuGeometry and
+# its current state as GpuInstance/ComputeInstance values; plan_gpu() turns a
+# mig-parted style target ({device name: count}) into a GpuPlan with explicit
+# placements. docs/planner.md explains the search and its guarantees.
+#
+# Units: GI placements count memory slices, CI placements count SM slices
+# inside their GI, as NVML reports them.
+
+import itertools
+from collections import namedtuple
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+__all__ = [
+    "LayoutError",
+    "CiProfile",
+    "GiProfile",
+    "GpuGeometry",
+    "DeviceType",
+    "ComputeInstance",
+    "GpuInstance",
+    "GiChange",
+    "GpuPlan",
+    "normalize_target",
+    "validate_target",
+    "validate_layout",
+    "plan_gpu",
+    "check_plan",
+    "device_counts",
+    "describe_layout",
+    "layout_as_list",
+    "plan_as_dict",
+    "largest_free_range",
+]
+
+
+class LayoutError(Exception):
+    """A target, layout or plan that cannot be used. The message is for a person."""
+
+
+# --------------------------------------------------------------------------
+# GPU model description (filled from NVML by the adapter, or from test tables)
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CiProfile:
+    """A compute-instance profile inside one GPU-instance profile."""
+
+    id: int              # NVML CI profile id (equals the COMPUTE_INSTANCE_PROFILE_* constant)
+    sm_slices: int       # c
+    max_count: int       # how many fit in one GI of the parent profile
+    placements: tuple    # legal start offsets, in SM slices inside the GI
+    name: str            # MIG device name: "1c.3g.20gb"; the GI name when c == g
+
+    def __post_init__(self):
+        object.__setattr__(self, "placements", tuple(self.placements))
+
+
+@dataclass(frozen=True)
+class GiProfile:
+    """A GPU-instance profile as NVML reports it for one GPU model."""
+
+    id: int              # NVML profile ID (device specific: 9 is 3g on A100, other things elsewhere)
+    name: str            # canonical name, e.g. "3g.20gb", "1g.5gb+me"
+    memory_slices: int   # placement size
+    sm_slices: int       # g
+    max_count: int
+    placements: tuple    # legal start offsets, in memory slices
+    ci_profiles: tuple   # CiProfile, ...
+    aliases: tuple = ()  # other accepted spellings (driver name drift such as 1g.23gb / 1g.24gb)
+
+    def __post_init__(self):
+        object.__setattr__(self, "placements", tuple(self.placements))
+        object.__setattr__(self, "ci_profiles", tuple(self.ci_profiles))
+        object.__setattr__(self, "aliases", tuple(self.aliases))
+
+    def ci_profile(self, ci_profile_id):
+        for ci in self.ci_profiles:
+            if ci.id == ci_profile_id:
+                return ci
+        return None
+
+
+@dataclass(frozen=True)
+class DeviceType:
+    """One kind of MIG device: a CI profile inside a GI profile, under its canonical name."""
+
+    name: str
+    gi: GiProfile
+    ci: CiProfile   # the CI profile used when creating this kind of device
+
+    @property
+    def is_full(self):
+        return self.ci.sm_slices == self.gi.sm_slices
+
+
+@dataclass(frozen=True)
+class GpuGeometry:
+    """Everything the planner needs to know about one GPU model."""
+
+    memory_slices: int   # 8 on A100/H100/H200/B200, 4 on A30
+    sm_slices: int       # 7 or 4
+    profiles: tuple      # GiProfile, ...
+    # Indexes built once in __post_init__; not part of equality.
+    _gi_by_id: dict = field(default=None, init=False, repr=False, compare=False)
+    _types: dict = field(default=None, init=False, repr=False, compare=False)
+    _spellings: dict = field(default=None, init=False, repr=False, compare=False)
+    _name_of: dict = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "profiles", tuple(self.profiles))
+        gi_by_id, types, spellings, name_of = {}, {}, {}, {}
+        for gi in self.profiles:
+            if gi.id in gi_by_id:
+                raise LayoutError("GPU geometry lists GPU instance profile ID %d twice" % gi.id)
+            gi_by_id[gi.id] = gi
+            _check_profile_fits(self, gi)
+        # Canonical names first, so an alias never hides a real profile name.
+        for gi in sorted(self.profiles, key=lambda p: p.id):
+            for ci in sorted(gi.ci_profiles, key=lambda p: p.id):
+                name = gi.name if ci.sm_slices == gi.sm_slices else ci.name
+                if name in types and types[name].gi.id != gi.id:
+                    raise LayoutError(
+                        "GPU geometry names two GPU instance profiles %r (IDs %d and %d)"
+                        % (name, types[name].gi.id, gi.id))
+                # Two CI profile ids with one name (e.g. a revision): the lowest id creates.
+                if name not in types:
+                    types[name] = DeviceType(name, gi, ci)
+                    spellings[name] = name
+                name_of[(gi.id, ci.id)] = name
+        for gi in self.profiles:
+            for alias in gi.aliases:
+                for ci in gi.ci_profiles:
+                    canonical = name_of[(gi.id, ci.id)]
+                    spelled = alias if ci.sm_slices == gi.sm_slices else "%dc.%s" % (ci.sm_slices, alias)
+                    spellings.setdefault(spelled, canonical)
+        object.__setattr__(self, "_gi_by_id", gi_by_id)
+        object.__setattr__(self, "_types", types)
+        object.__setattr__(self, "_spellings", spellings)
+        object.__setattr__(self, "_name_of", name_of)
+
+    def gi_profile(self, profile_id):
+        """The GiProfile with this NVML profile ID, or None."""
+        return self._gi_by_id.get(profile_id)
+
+    def device_type(self, name):
+        """The DeviceType for a canonical name or alias; LayoutError listing valid names if unknown."""
+        canonical = self._spellings.get(name) if isinstance(name, str) else None
+        if canonical is None:
+            raise LayoutError("unknown MIG profile %r for this GPU model; valid profiles: %s"
+                              % (name, ", ".join(self.device_names())))
+        return self._types[canonical]
+
+    def device_name(self, gi_profile_id, ci_profile_id):
+        """Canonical MIG device name of a CI profile inside a GI profile (None if unknown)."""
+        return self._name_of.get((gi_profile_id, ci_profile_id))
+
+    def device_names(self):
+        """All canonical device names, smallest first."""
+        return [t.name for t in sorted(self._types.values(), key=_type_order)]
+
+
+def _type_order(device_type):
+    # GI by size, then its full device before its compute-instance forms.
+    gi, ci = device_type.gi, device_type.ci
+    return (gi.sm_slices, gi.memory_slices, gi.name, ci.sm_slices != gi.sm_slices, ci.sm_slices, ci.id)
+
+
+def _check_profile_fits(geometry, gi):
+    if gi.memory_slices < 1 or gi.sm_slices < 1 or gi.max_count < 1:
+        raise LayoutError("GPU geometry: profile %s has non-positive sizes" % gi.name)
+    for start in gi.placements:
+        if start < 0 or start + gi.memory_slices > geometry.memory_slices:
+            raise LayoutError("GPU geometry: profile %s placement %d:%d is outside %d memory slices"
+                              % (gi.name, start, gi.memory_slices, geometry.memory_slices))
+    if gi.sm_slices > geometry.sm_slices:
+        raise LayoutError("GPU geometry: profile %s has more SM slices than the GPU" % gi.name)
+    for ci in gi.ci_profiles:
+        for start in ci.placements:
+            if start < 0 or start + ci.sm_slices > gi.sm_slices:
+                raise LayoutError("GPU geometry: compute profile %s placement %d:%d is outside its %dg GPU instance"
+                                  % (ci.name, start, ci.sm_slices, gi.sm_slices))
+
+
+# --------------------------------------------------------------------------
+# What is on a GPU (now, or after a plan)
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ComputeInstance:
+    """A compute instance, i.e. one MIG device. ci_id is None until it is created."""
+
+    ci_id: object        # int, or None for one the plan creates
+    profile_id: int      # NVML CI profile id
+    start: int           # placement start, SM slices inside the GI
+    pids: tuple = ()     # processes running on it; non-empty means busy
+    uuid: object = None  # "MIG-..." when known
+
+    def __post_init__(self):
+        object.__setattr__(self, "pids", tuple(self.pids))
+
+    @property
+    def busy(self):
+        return bool(self.pids)
+
+
+@dataclass(frozen=True)
+class GpuInstance:
+    """A GPU instance with its compute instances. gi_id is None until it is created.
+
+    compute_instances may be given as ComputeInstance values or as plain
+    (ci_id, profile_id, start, pids) tuples.
+    """
+
+    gi_id: object        # int, or None for one the plan creates
+    profile_id: int      # NVML GI profile ID
+    start: int           # placement start, memory slices
+    compute_instances: tuple = ()
+
+    def __post_init__(self):
+        cis = tuple(ci if isinstance(ci, ComputeInstance) else ComputeInstance(*ci)
+                    for ci in self.compute_instances)
+        object.__setattr__(self, "compute_instances", tuple(sorted(cis, key=_ci_order)))
+
+
+def _ci_order(ci):
+    return (ci.start, ci.profile_id, -1 if ci.ci_id is None else ci.ci_id)
+
+
+def _gi_order(gi):
+    return (gi.start, gi.profile_id, -1 if gi.gi_id is None else gi.gi_id)
+
+
+@dataclass(frozen=True)
+class GiChange:
+    """A GPU instance that is kept while compute instances inside it change."""
+
+    gi: GpuInstance      # the GI as it is now
+    destroy: tuple       # its ComputeInstances to destroy
+    create: tuple        # new ComputeInstances (ci_id None) to create in it
+
+
+@dataclass(frozen=True)
+class GpuPlan:
+    """What to do on one GPU. Run every destroy before any create; within each
+    group the order does not matter because every placement is explicit and the
+    result is a valid layout. Destroy CIs before their GI."""
+
+    keep: tuple          # GpuInstances kept as they are (with all their CIs and UUIDs)
+    change: tuple        # GiChange: GI kept, some CIs destroyed and/or created inside it
+    destroy: tuple       # GpuInstances destroyed together with all their CIs
+    create: tuple        # new GpuInstances (gi_id None) with their new CIs (ci_id None)
+    result: tuple        # the layout afterwards; new parts have None ids
+
+    @property
+    def changed(self):
+        return bool(self.change or self.destroy or self.create)
+
+    @property
+    def destroyed_devices(self):
+        return (sum(len(gi.compute_instances) for gi in self.destroy)
+                + sum(len(c.destroy) for c in self.change))
+
+    @property
+    def created_devices(self):
+        return (sum(len(gi.compute_instances) for gi in self.create)
+                + sum(len(c.create) for c in self.change))
+
+    def destroyed_compute_instances(self):
+        """(GpuInstance, ComputeInstance) pairs for every MIG device the plan destroys."""
+        pairs = [(gi, ci) for gi in self.destroy for ci in gi.compute_instances]
+        pairs += [(c.gi, ci) for c in self.change for ci in c.destroy]
+        return pairs
+
+
+# --------------------------------------------------------------------------
+# Targets
+# --------------------------------------------------------------------------
+
+def normalize_target(geometry, target):
+    """Map a mig-parted style {device name: count} to canonical names, dropping zeros.
+
+    Aliases are folded into their canonical name. Raises LayoutError for an
+    unknown name (listing the valid ones) or a count that is not a
+    non-negative integer.
+    """
+    if not isinstance(target, Mapping):
+        raise LayoutError("MIG devices must be a mapping of profile name to count, got %s"
+                          % type(target).__name__)
+    counts = {}
+    for name, count in target.items():
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise LayoutError("count for MIG profile %r must be a non-negative integer, got %r" % (name, count))
+        device_type = geometry.device_type(name)
+        if count:
+            counts[device_type.name] = counts.get(device_type.name, 0) + count
+    order = {n: i for i, n in enumerate(geometry.device_names())}
+    return dict(sorted(counts.items(), key=lambda item: order[item[0]]))
+
+
+def validate_target(geometry, target):
+    """Normalize a target and prove it fits on an empty GPU of this model.
+
+    Returns the normalized {canonical name: count}. Raises LayoutError naming
+    the problem: unknown profile, more instances than fit, too many SM slices,
+    or a combination that no placement can hold.
+    """
+    counts = normalize_target(geometry, target)
+    gis_needed = {}
+    for name, count in counts.items():
+        device_type = geometry.device_type(name)
+        per_gi = _capacity(device_type)
+        if per_gi == 0:
+            raise LayoutError("%s cannot be created on this GPU model (its compute profile has no usable placement)"
+                              % name)
+        gis = -(-count // per_gi)
+        if gis > device_type.gi.max_count:
+            if device_type.is_full:
+                raise LayoutError("%s x%d requested, but this GPU model holds at most %d"
+                                  % (name, count, device_type.gi.max_count))
+            raise LayoutError("%s x%d needs %d GPU instances of %s (%d compute instances each), "
+                              "but this GPU model holds at most %d"
+                              % (name, count, gis, device_type.gi.name, per_gi, device_type.gi.max_count))
+        gis_needed[device_type.gi.id] = gis_needed.get(device_type.gi.id, 0) + gis
+    for gi_id, gis in gis_needed.items():
+        gi = geometry.gi_profile(gi_id)
+        if gis > gi.max_count:
+            raise LayoutError("the requested devices need %d GPU instances of %s (one compute profile "
+                              "per GPU instance), but this GPU model holds at most %d"
+                              % (gis, gi.name, gi.max_count))
+    sm_used = sum(geometry.gi_profile(gi_id).sm_slices * n for gi_id, n in gis_needed.items())
+    if sm_used > geometry.sm_slices:
+        raise LayoutError("the requested devices (%s) need %d SM slices, but this GPU model has %d"
+                          % (_counts_text(counts), sm_used, geometry.sm_slices))
+    if _best_placement(geometry, 0, tuple(sorted(gis_needed.items())), {}) is None:
+        raise LayoutError("no placement can hold %s on this GPU model (%d memory slices; %s)"
+                          % (_counts_text(counts), geometry.memory_slices,
+                             "; ".join("%s at %s" % (geometry.gi_profile(g).name,
+                                                     _placements_text(geometry.gi_profile(g)))
+                                       for g, dummy in sorted(gis_needed.items()))))
+    return counts
+
+
+def _counts_text(counts):
+    return " + ".join("%s x%d" % item for item in counts.items()) or "nothing"
+
+
+def _placements_text(gi):
+    return ",".join("%d:%d" % (s, gi.memory_slices) for s in gi.placements)
+
+
+# --------------------------------------------------------------------------
+# Layout checks and views
+# --------------------------------------------------------------------------
+
+def validate_layout(geometry, gpu_instances, allow_empty_gis=True):
+    """Raise LayoutError unless the layout is legal for this GPU model.
+
+    Checks profiles, legal and non-overlapping placements (GIs in memory
+    slices, CIs in SM slices inside their GI), per-profile maximum counts and
+    the SM-slice total. A GI without compute instances is reported when
+    allow_empty_gis is False (a plan must never leave one behind).
+    """
+    used_memory = 0
+    used_sm = 0
+    per_profile = {}
+    for gi in gpu_instances:
+        where = "GI %s" % _id_text(gi.gi_id)
+        profile = geometry.gi_profile(gi.profile_id)
+        if profile is None:
+            raise LayoutError("%s has profile ID %r, which this GPU model does not have" % (where, gi.profile_id))
+        where = "GI %s (%s @%d:%d)" % (_id_text(gi.gi_id), profile.name, gi.start, profile.memory_slices)
+        if gi.start not in profile.placements:
+            raise LayoutError("%s: start %d is not a legal placement (legal: %s)"
+                              % (where, gi.start, _placements_text(profile)))
+        mask = _span(gi.start, profile.memory_slices)
+        if used_memory & mask:
+            raise LayoutError("%s overlaps another GPU instance" % where)
+        used_memory |= mask
+        used_sm += profile.sm_slices
+        per_profile[profile.id] = per_profile.get(profile.id, 0) + 1
+        if per_profile[profile.id] > profile.max_count:
+            raise LayoutError("more than %d GPU instances of %s" % (profile.max_count, profile.name))
+        if not gi.compute_instances and not allow_empty_gis:
+            raise LayoutError("%s has no compute instance" % where)
+        used_ci = 0
+        per_ci_profile = {}
+        for ci in gi.compute_instances:
+            ci_profile = profile.ci_profile(ci.profile_id)
+            if ci_profile is None:
+                raise LayoutError("%s: CI %s has compute profile ID %r, which %s does not have"
+                                  % (where, _id_text(ci.ci_id), ci.profile_id, profile.name))
+            if ci.start not in ci_profile.placements:
+                raise LayoutError("%s: CI %s (%s) start %d is not a legal placement"
+                                  % (where, _id_text(ci.ci_id), ci_profile.name, ci.start))
+            ci_mask = _span(ci.start, ci_profile.sm_slices)
+            if used_ci & ci_mask:
+                raise LayoutError("%s: CI %s (%s) overlaps another compute instance"
+                                  % (where, _id_text(ci.ci_id), ci_profile.name))
+            used_ci |= ci_mask
+            per_ci_profile[ci_profile.id] = per_ci_profile.get(ci_profile.id, 0) + 1
+            if per_ci_profile[ci_profile.id] > ci_profile.max_count:
+                raise LayoutError("%s: more than %d compute instances of %s"
+                                  % (where, ci_profile.max_count, ci_profile.name))
+    if used_sm > geometry.sm_slices:
+        raise LayoutError("the layout uses %d SM slices, but this GPU model has %d" % (used_sm, geometry.sm_slices))
+
+
+def device_counts(geometry, gpu_instances):
+    """The mig-parted view of a layout: {canonical device name: count}, smallest first."""
+    counts = {}
+    for gi in gpu_instances:
+        for ci in gi.compute_instances:
+            name = geometry.device_name(gi.profile_id, ci.profile_id)
+            if name is None:
+                raise LayoutError("GI %s: unknown profile pair (GI profile %r, CI profile %r)"
+                                  % (_id_text(gi.gi_id), gi.profile_id, ci.profile_id))
+            counts[name] = counts.get(name, 0) + 1
+    order = {n: i for i, n in enumerate(geometry.device_names())}
+    return dict(sorted(counts.items(), key=lambda item: order[item[0]]))
+
+
+def describe_layout(geometry, gpu_instances):
+    """Readable text, one line per GI, ordered by placement, for diffs.
+
+    Example: ``GI 1  3g.20gb @0:4  [CI 0 3g.20gb MIG-...]``. Parts a plan will
+    create show ``new`` instead of an id. Returns "" for an empty layout.
+    """
+    lines = []
+    for gi in sorted(gpu_instances, key=_gi_order):
+        profile = geometry.gi_profile(gi.profile_id)
+        gi_name = profile.name if profile else "profile-%s" % gi.profile_id
+        size = profile.memory_slices if profile else "?"
+        parts = []
+        for ci in gi.compute_instances:
+            name = geometry.device_name(gi.profile_id, ci.profile_id) or "ci-profile-%s" % ci.profile_id
+            text = "CI %s %s" % (_id_text(ci.ci_id), name)
+            ci_profile = profile.ci_profile(ci.profile_id) if profile else None
+            if ci_profile is not None and ci_profile.sm_slices != profile.sm_slices:
+                text += " @%d:%d" % (ci.start, ci_profile.sm_slices)
+            if ci.uuid:
+                text += " %s" % ci.uuid
+            if ci.pids:
+                text += " (pids %s)" % ",".join(str(p) for p in ci.pids)
+            parts.append(text)
+        lines.append("GI %s  %s @%d:%s  [%s]" % (_id_text(gi.gi_id), gi_name, gi.start, size, ", ".join(parts)))
+    return "".join(line + "\n" for line in lines)
+
+
+def layout_as_list(geometry, gpu_instances):
+    """JSON-friendly form of a layout (for module results)."""
+    return [_gi_as_dict(geometry, gi) for gi in sorted(gpu_instances, key=_gi_order)]
+
+
+def plan_as_dict(geometry, plan):
+    """JSON-friendly form of a plan (for check mode)."""
+    return {
+        "keep": layout_as_list(geometry, plan.keep),
+        "change": [dict(_gi_as_dict(geometry, c.gi, with_cis=False),
+                        destroy=[_ci_as_dict(geometry, c.gi, ci) for ci in c.destroy],
+                        create=[_ci_as_dict(geometry, c.gi, ci) for ci in c.create])
+                   for c in plan.change],
+        "destroy": layout_as_list(geometry, plan.destroy),
+        "create": layout_as_list(geometry, plan.create),
+        "result": layout_as_list(geometry, plan.result),
+        "destroyed_devices": plan.destroyed_devices,
+        "created_devices": plan.created_devices,
+    }
+
+
+def _gi_as_dict(geometry, gi, with_cis=True):
+    profile = geometry.gi_profile(gi.profile_id)
+    data = {
+        "gi_id": gi.gi_id,
+        "profile": profile.name,
+        "profile_id": gi.profile_id,
+        "placement": {"start": gi.start, "size": profile.memory_slices},
+    }
+    if with_cis:
+        data["compute_instances"] = [_ci_as_dict(geometry, gi, ci) for ci in gi.compute_instances]
+    return data
+
+
+def _ci_as_dict(geometry, gi, ci):
+    ci_profile = geometry.gi_profile(gi.profile_id).ci_profile(ci.profile_id)
+    return {
+        "ci_id": ci.ci_id,
+        "device": geometry.device_name(gi.profile_id, ci.profile_id),
+        "profile_id": ci.profile_id,
+        "placement": {"start": ci.start, "size": ci_profile.sm_slices},
+        "uuid": ci.uuid,
+        "pids": list(ci.pids),
+    }
+
+
+def _id_text(value):
+    return "new" if value is None else str(value)
+
+
+def _span(start, size):
+    return ((1 << size) - 1) << start
+
+
+def largest_free_range(geometry, gpu_instances):
+    """Length of the longest run of memory slices no GI uses."""
+    mask = 0
+    for gi in gpu_instances:
+        mask |= _span(gi.start, geometry.gi_profile(gi.profile_id).memory_slices)
+    return _longest_free_run(mask, geometry.memory_slices)
+
+
+def _longest_free_run(mask, width):
+    best = run = 0
+    for bit in range(width):
+        if mask >> bit & 1:
+            run = 0
+        else:
+            run += 1
+            best = max(best, run)
+    return best
+
+
+# --------------------------------------------------------------------------
+# Placement search (shared by validation and planning)
+# --------------------------------------------------------------------------
+
+def _capacity(device_type):
+    """How many devices of this type one GI holds (max_count limited by real placements)."""
+    return len(_fill_starts(device_type.ci, 0, device_type.ci.max_count))
+
+
+def _fill_starts(ci_profile, occupied, limit):
+    """Most CI starts (at most limit) placeable without overlapping occupied, lowest first."""
+    best = ()
+    stack = [(0, 0, ())]
+    starts = sorted(ci_profile.placements)
+    while stack:
+        index, mask, chosen = stack.pop()
+        if len(chosen) > len(best):
+            best = chosen
+            if len(best) == limit:
+                break
+        for k in range(len(starts) - 1, index - 1, -1):
+            span = _span(starts[k], ci_profile.sm_slices)
+            if not (occupied | mask) & span:
+                stack.append((k + 1, mask | span, chosen + (starts[k],)))
+    return best
+
+
+def _best_placement(geometry, occupied, requirement, memo):
+    """Place new GIs; requirement is ((gi_profile_id, count), ...).
+
+    Returns (largest free run, starts) with starts a tuple of (profile_id, start)
+    sorted, choosing the largest free run and then the lowest starts; None if
+    nothing fits. Memoised by (occupied mask, requirement).
+    """
+    key = (occupied, requirement)
+    if key in memo:
+        return memo[key]
+    # Place big profiles first: they have the fewest legal starts.
+    todo = []
+    for gi_id, count in requirement:
+        todo.extend([geometry.gi_profile(gi_id)] * count)
+    todo.sort(key=lambda p: (-p.memory_slices, p.id))
+    best = None
+
+    def visit(index, mask, chosen, min_start):
+        nonlocal best
+        if index == len(todo):
+            candidate = (_longest_free_run(mask, geometry.memory_slices), tuple(sorted(chosen)))
+            if best is None or (-candidate[0], candidate[1]) < (-best[0], best[1]):
+                best = candidate
+            return
+        profile = todo[index]
+        for start in profile.placements:
+            if start < min_start:
+                continue
+            span = _span(start, profile.memory_slices)
+            if mask & span:
+                continue
+            same_next = index + 1 < len(todo) and todo[index + 1] is profile
+            visit(index + 1, mask | span, chosen + [(profile.id, start)], start + 1 if same_next else 0)
+
+    visit(0, occupied, [], 0)
+    memo[key] = best
+    return best
+
+
+# --------------------------------------------------------------------------
+# The planner
+# --------------------------------------------------------------------------
+
+def plan_gpu(geometry, existing, target, force=False):
+    """Plan the change from the existing layout to the target device counts.
+
+    existing: GpuInstances now on the GPU (ids set, CIs with their pids).
+    target: {device name: count} as in mig-parted's mig-devices (aliases allowed).
+
+    The plan keeps every GI and CI it can, destroys as few MIG devices as
+    possible, and places new GIs so the largest contiguous range of free memory
+    slices is as large as possible. Busy devices (CIs with pids) are destroyed
+    only with force=True; without it, a LayoutError names them. Everything is
+    validated before a plan is returned.
+    """
+    counts = validate_target(geometry, target)
+    existing = tuple(sorted(existing, key=_gi_order))
+    for gi in existing:
+        if gi.gi_id is None or any(ci.ci_id is None for ci in gi.compute_instances):
+            raise LayoutError("existing GPU instances and compute instances must have ids")
+    if len({gi.gi_id for gi in existing}) != len(existing):
+        raise LayoutError("existing GPU instance ids must be unique")
+    validate_layout(geometry, existing, allow_empty_gis=True)
+    plan = _Planner(geometry, existing, counts).run()
+    busy = [(gi, ci) for gi, ci in plan.destroyed_compute_instances() if ci.busy]
+    if busy and not force:
+        raise LayoutError(
+            "the new layout cannot be reached without destroying MIG devices that are in use: %s. "
+            "Stop those processes or use force." % "; ".join(_busy_text(geometry, gi, ci) for gi, ci in busy))
+    check_plan(geometry, existing, counts, plan, force=force)
+    return plan
+
+
+def _busy_text(geometry, gi, ci):
+    profile = geometry.gi_profile(gi.profile_id)
+    device = geometry.device_name(gi.profile_id, ci.profile_id)
+    text = "GI %s (%s @%d:%d) CI %s (%s)" % (gi.gi_id, profile.name, gi.start, profile.memory_slices, ci.ci_id, device)
+    if ci.uuid:
+        text += " %s" % ci.uuid
+    return text + " with PIDs %s" % ", ".join(str(p) for p in ci.pids)
+
+
+@dataclass(frozen=True)
+class _KeepOption:
+    """One way to keep an existing GI: which of its CIs stay, what may be added."""
+
+    kept_cis: tuple      # indexes into the GI's compute_instances
+    retained: tuple      # device count vector (per demanded name of this GI profile)
+    destroyed: int
+    busy_destroyed: int
+    add_starts: tuple    # per demanded name: CI starts that can be added, lowest first
+
+
+# One way to serve a GI profile's devices with a given set of kept GIs.
+# choices: ((position in _Planner._kept_order(kept), option number, added name index or None, added count), ...)
+# supplied: devices of each demanded name the kept GIs provide; new GIs make up the rest.
+_FrontierEntry = namedtuple("_FrontierEntry", "new_gis busy destroyed choices supplied")
+
+
+class _Planner:
+    """Exhaustive search with pruning; see docs/planner.md.
+
+    1. For each existing GI, list the ways to keep it (which CIs survive, how
+       many CIs of one kind can be added).
+    2. For each GI profile, a small DP over kept GIs gives, per number of new
+       GIs still needed, the fewest destroyed devices.
+    3. Over subsets of kept GIs, combine the profiles, order by cost
+       (busy destroyed, destroyed), and place new GIs by memoised search.
+    """
+
+    def __init__(self, geometry, existing, counts):
+        self.geometry = geometry
+        self.existing = existing
+        self.counts = counts
+        self.names_by_gi = {}
+        for name in counts:
+            device_type = geometry.device_type(name)
+            self.names_by_gi.setdefault(device_type.gi.id, []).append(name)
+        self.options = [self._keep_options(gi) for gi in existing]
+        # GIs whose keep options have the same outcomes are interchangeable in the DP.
+        signature_ids = {}
+        self.signatures = []
+        for options in self.options:
+            signature = tuple((o.retained, o.destroyed, o.busy_destroyed, tuple(len(a) for a in o.add_starts))
+                              for o in options)
+            self.signatures.append(signature_ids.setdefault(signature, len(signature_ids)))
+        self.sizes = [len(gi.compute_instances) for gi in existing]
+        self.busy = [_busy_count(gi) for gi in existing]
+        self.frontier_memo = {}
+        self.placement_memo = {}
+
+    # -- step 1 ------------------------------------------------------------
+    def _keep_options(self, gi):
+        names = self.names_by_gi.get(gi.profile_id)
+        if not names:
+            return []
+        profile = self.geometry.gi_profile(gi.profile_id)
+        cis = gi.compute_instances
+        ci_names = [self.geometry.device_name(gi.profile_id, ci.profile_id) for ci in cis]
+        demand = [self.counts[n] for n in names]
+        options = {}
+        # Try keeping the most CIs first so ties prefer keeping.
+        for size in range(len(cis), -1, -1):
+            for kept in itertools.combinations(range(len(cis)), size):
+                retained = [0] * len(names)
+                valid = True
+                occupied = 0
+                for k in kept:
+                    if ci_names[k] not in names:
+                        valid = False
+                        break
+                    retained[names.index(ci_names[k])] += 1
+                    occupied |= _span(cis[k].start, profile.ci_profile(cis[k].profile_id).sm_slices)
+                if not valid or any(r > d for r, d in zip(retained, demand)):
+                    continue
+                add_starts = []
+                for i, name in enumerate(names):
+                    ci_profile = self.geometry.device_type(name).ci
+                    same = sum(1 for k in kept if cis[k].profile_id == ci_profile.id)
+                    room = min(ci_profile.max_count - same, demand[i] - retained[i])
+                    add_starts.append(_fill_starts(ci_profile, occupied, room) if room > 0 else ())
+                kept_set = set(kept)
+                dropped = [ci for k, ci in enumerate(cis) if k not in kept_set]
+                option = _KeepOption(kept, tuple(retained), len(dropped),
+                                     sum(1 for ci in dropped if ci.busy), tuple(add_starts))
+                key = (option.retained, option.destroyed, option.busy_destroyed,
+                       tuple(len(s) for s in option.add_starts))
+                options.setdefault(key, option)
+        return list(options.values())
+
+    # -- step 2 ------------------------------------------------------------
+    def _kept_order(self, kept):
+        return sorted(kept, key=lambda i: (self.signatures[i], i))
+
+    def _frontier(self, gi_profile_id, kept):
+        """_FrontierEntry list for the kept GIs of one profile, fewest new GIs first.
+
+        Only entries that beat every entry needing fewer new GIs are kept.
+        Memoised by the kept GIs' signatures, not their identity.
+        """
+        key = (gi_profile_id, tuple(sorted(self.signatures[i] for i in kept)))
+        if key in self.frontier_memo:
+            return self.frontier_memo[key]
+        order = self._kept_order(kept)
+        names = self.names_by_gi[gi_profile_id]
+        demand = tuple(self.counts[n] for n in names)
+        states = {tuple([0] * len(names)): (0, 0, ())}
+        for position, index in enumerate(order):
+            next_states = {}
+            for supplied, (busy, destroyed, choices) in states.items():
+                for number, option in enumerate(self.options[index]):
+                    base = tuple(s + r for s, r in zip(supplied, option.retained))
+                    if any(b > d for b, d in zip(base, demand)):
+                        continue
+                    cost = (busy + option.busy_destroyed, destroyed + option.destroyed)
+                    if sum(option.retained):
+                        _relax(next_states, base, cost, choices + ((position, number, None, 0),))
+                    for i, starts in enumerate(option.add_starts):
+                        for count in range(1, min(len(starts), demand[i] - base[i]) + 1):
+                            grown = base[:i] + (base[i] + count,) + base[i + 1:]
+                            _relax(next_states, grown, cost, choices + ((position, number, i, count),))
+            states = next_states
+        entries = []
+        for supplied, (busy, destroyed, choices) in states.items():
+            new_gis = sum(-(-(d - s) // _capacity(self.geometry.device_type(n)))
+                          for n, d, s in zip(names, demand, supplied))
+            entries.append(_FrontierEntry(new_gis, busy, destroyed, choices, supplied))
+        entries.sort(key=lambda e: (e.new_gis, e.busy, e.destroyed))
+        frontier = []
+        for entry in entries:
+            # Needing more new GIs only pays if it destroys fewer devices.
+            if not frontier or (entry.busy, entry.destroyed) < (frontier[-1].busy, frontier[-1].destroyed):
+                frontier.append(entry)
+        self.frontier_memo[key] = frontier
+        return frontier
+
+    # -- step 3 ------------------------------------------------------------
+    def run(self):
+        geometry = self.geometry
+        profiles = sorted(self.names_by_gi)
+        # GIs of profiles the target does not use always go.
+        lost = [i for i, gi in enumerate(self.existing) if gi.profile_id not in self.names_by_gi]
+        fixed_cost = (sum(self.busy[i] for i in lost), sum(self.sizes[i] for i in lost))
+        # Per profile: every subset of its GIs to keep, with each DP frontier entry.
+        per_profile = []
+        for gi_profile_id in profiles:
+            profile = geometry.gi_profile(gi_profile_id)
+            mine = [i for i, gi in enumerate(self.existing) if gi.profile_id == gi_profile_id]
+            keepable = [i for i in mine if self.options[i]]
+            all_busy = sum(self.busy[i] for i in mine)
+            all_destroyed = sum(self.sizes[i] for i in mine)
+            choices = []
+            for size in range(len(keepable), -1, -1):
+                for kept in itertools.combinations(keepable, size):
+                    busy = all_busy - sum(self.busy[i] for i in kept)
+                    destroyed = all_destroyed - sum(self.sizes[i] for i in kept)
+                    mask = 0
+                    for i in kept:
+                        mask |= _span(self.existing[i].start, profile.memory_slices)
+                    for entry in self._frontier(gi_profile_id, kept):
+                        if len(kept) + entry.new_gis > profile.max_count:
+                            continue
+                        choices.append(((busy + entry.busy, destroyed + entry.destroyed), kept, entry, mask,
+                                        (len(kept) + entry.new_gis) * profile.sm_slices))
+            per_profile.append(choices)
+        candidates = []
+        for combo in itertools.product(*per_profile):
+            cost = (fixed_cost[0] + sum(c[0][0] for c in combo), fixed_cost[1] + sum(c[0][1] for c in combo))
+            candidates.append((cost, combo))
+        candidates.sort(key=lambda c: c[0])
+        best = None
+        current_cost = None
+        for cost, combo in candidates:
+            if best is not None and cost != current_cost:
+                break
+            current_cost = cost
+            if sum(c[4] for c in combo) > geometry.sm_slices:
+                continue
+            occupied = 0
+            for c in combo:
+                occupied |= c[3]
+            requirement = tuple((gi_profile_id, c[2].new_gis) for gi_profile_id, c in zip(profiles, combo)
+                                if c[2].new_gis)
+            placed = _best_placement(geometry, occupied, requirement, self.placement_memo)
+            if placed is None:
+                continue
+            free_run, starts = placed
+            kept = tuple(sorted(i for c in combo for i in c[1]))
+            kept_flags = tuple(0 if i in kept else 1 for i in range(len(self.existing)))
+            rank = (-free_run, len(self.existing) - len(kept), len(starts), kept_flags, starts)
+            if best is None or rank < best[0]:
+                best = (rank, kept, [c[2] for c in combo], starts)
+        if best is None:
+            # validate_target proved the target fits an empty GPU, and emptying it is always allowed.
+            raise LayoutError("internal planner error: no plan found")
+        return self._build(best[1], profiles, best[2], best[3])
+
+    def _build(self, kept, profiles, entries, starts):
+        geometry = self.geometry
+        keep, change, result = [], [], []
+        for gi_profile_id, entry in zip(profiles, entries):
+            order = self._kept_order([i for i in kept if self.existing[i].profile_id == gi_profile_id])
+            for position, number, add_index, add_count in entry.choices:
+                index = order[position]
+                option = self.options[index][number]
+                gi = self.existing[index]
+                kept_cis = tuple(gi.compute_instances[k] for k in option.kept_cis)
+                dropped = tuple(ci for k, ci in enumerate(gi.compute_instances) if k not in option.kept_cis)
+                added = ()
+                if add_index is not None:
+                    ci_profile = geometry.device_type(self.names_by_gi[gi_profile_id][add_index]).ci
+                    added = tuple(ComputeInstance(None, ci_profile.id, s)
+                                  for s in option.add_starts[add_index][:add_count])
+                if dropped or added:
+                    change.append(GiChange(gi, dropped, tuple(sorted(added, key=_ci_order))))
+                    result.append(GpuInstance(gi.gi_id, gi.profile_id, gi.start, kept_cis + added))
+                else:
+                    keep.append(gi)
+                    result.append(gi)
+        kept_set = set(kept)
+        destroy = [gi for i, gi in enumerate(self.existing) if i not in kept_set]
+        create = []
+        free_starts = {}
+        for profile_id, start in starts:
+            free_starts.setdefault(profile_id, []).append(start)
+        for gi_profile_id, entry in zip(profiles, entries):
+            names = self.names_by_gi[gi_profile_id]
+            starts_left = free_starts.get(gi_profile_id, [])
+            for name, supplied in zip(names, entry.supplied):
+                device_type = geometry.device_type(name)
+                left = self.counts[name] - supplied
+                per_gi = _capacity(device_type)
+                while left > 0:
+                    n = min(left, per_gi)
+                    ci_starts = _fill_starts(device_type.ci, 0, n)
+                    cis = tuple(ComputeInstance(None, device_type.ci.id, s) for s in ci_starts)
+                    create.append(GpuInstance(None, gi_profile_id, starts_left.pop(0), cis))
+                    left -= n
+        result.extend(create)
+        return GpuPlan(
+            keep=tuple(sorted(keep, key=_gi_order)),
+            change=tuple(sorted(change, key=lambda c: _gi_order(c.gi))),
+            destroy=tuple(destroy),
+            create=tuple(sorted(create, key=_gi_order)),
+            result=tuple(sorted(result, key=_gi_order)),
+        )
+
+
+def _busy_count(gi):
+    return sum(1 for ci in gi.compute_instances if ci.busy)
+
+
+def _relax(states, supplied, cost, choices):
+    current = states.get(supplied)
+    if current is None or cost < current[:2]:
+        states[supplied] = cost + (choices,)
+
+
+# --------------------------------------------------------------------------
+# Last guard
+# --------------------------------------------------------------------------
+
+def check_plan(geometry, existing, target, plan, force=False):
+    """Raise LayoutError unless the plan is a safe, valid way from existing to target.
+
+    Checks: the result is a legal layout with no empty GI; its device counts
+    equal the target; every existing GI is kept, changed or destroyed exactly
+    once; kept GIs and surviving CIs are untouched; new parts have no ids;
+    the result is exactly what the plan's steps produce; no busy device is
+    destroyed unless force.
+    """
+    counts = normalize_target(geometry, target)
+    validate_layout(geometry, plan.result, allow_empty_gis=False)
+    got = device_counts(geometry, plan.result)
+    if got != counts:
+        raise LayoutError("plan result has devices %s, target is %s" % (_counts_text(got), _counts_text(counts)))
+    by_id = {gi.gi_id: gi for gi in existing}
+    seen = []
+    expected = list(plan.keep)
+    for gi in plan.keep:
+        if by_id.get(gi.gi_id) != gi:
+            raise LayoutError("plan keeps GI %s, which differs from the existing one" % gi.gi_id)
+        seen.append(gi.gi_id)
+    for change in plan.change:
+        gi = change.gi
+        if by_id.get(gi.gi_id) != gi:
+            raise LayoutError("plan changes GI %s, which differs from the existing one" % gi.gi_id)
+        if not set(change.destroy) <= set(gi.compute_instances):
+            raise LayoutError("plan destroys compute instances GI %s does not have" % gi.gi_id)
+        if any(ci.ci_id is not None or ci.pids for ci in change.create):
+            raise LayoutError("plan creates compute instances in GI %s that already have ids" % gi.gi_id)
+        survivors = tuple(ci for ci in gi.compute_instances if ci not in change.destroy)
+        expected.append(GpuInstance(gi.gi_id, gi.profile_id, gi.start, survivors + tuple(change.create)))
+        seen.append(gi.gi_id)
+    for gi in plan.destroy:
+        if by_id.get(gi.gi_id) != gi:
+            raise LayoutError("plan destroys GI %s, which differs from the existing one" % gi.gi_id)
+        seen.append(gi.gi_id)
+    if sorted(seen) != sorted(by_id) or len(seen) != len(set(seen)):
+        raise LayoutError("plan does not account for every existing GPU instance exactly once")
+    for gi in plan.create:
+        if gi.gi_id is not None or any(ci.ci_id is not None or ci.pids for ci in gi.compute_instances):
+            raise LayoutError("plan creates a GPU instance that already has ids")
+        expected.append(gi)
+    if sorted(expected, key=_gi_order) != sorted(plan.result, key=_gi_order):
+        raise LayoutError("plan result does not match its keep/change/destroy/create steps")
+    if not force:
+        busy = [(gi, ci) for gi, ci in plan.destroyed_compute_instances() if ci.busy]
+        if busy:
+            raise LayoutError("plan destroys busy MIG devices: %s"
+                              % "; ".join(_busy_text(geometry, gi, ci) for gi, ci in busy))

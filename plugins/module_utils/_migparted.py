@@ -1,0 +1,478 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the gpuops.mig collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+# mig-parted v1 configs and inline per-GPU layouts -> per-GPU targets.
+#
+# No NVML and no Ansible here. PyYAML is needed only to read YAML text; an
+# already-parsed mapping (e.g. inline in a playbook) works without it.
+# Profile names are checked for form here and resolved per GPU model later
+# by the planner (_layout), so one config can serve several GPU models.
+#
+# The schema follows mig-parted v0.15.0 (api/spec/v1): see docs/planner.md.
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ansible_collections.gpuops.mig.plugins.module_utils._layout import LayoutError
+
+try:
+    import yaml
+except ImportError:  # pragma: no cover - exercised only where PyYAML is missing
+    yaml = None
+
+__all__ = [
+    "ConfigError",
+    "ConfigEntry",
+    "MigPartedConfig",
+    "HostGpu",
+    "GpuTarget",
+    "Resolution",
+    "load_config",
+    "entries_from_layouts",
+    "resolve_targets",
+    "normalize_pci_id",
+]
+
+TOP_LEVEL_KEYS = ("version", "mig-configs")
+ENTRY_KEYS = ("devices", "device-filter", "mig-enabled", "mig-devices")
+LAYOUT_KEYS = ("gpus", "device_filter", "mig_enabled", "devices")
+
+# [Nc.]Ng.Mgb followed by +attr (repeatable, e.g. +me, +me.all, +gfx) or a single -attr (e.g. -me).
+_PROFILE_NAME = re.compile(
+    r"^(?:(?P<c>[1-9][0-9]*)c\.)?(?P<g>[1-9][0-9]*)g\.[1-9][0-9]*gb"
+    r"(?:(?:\+[a-z]+(?:\.[a-z]+)*)+|-[a-z]+(?:\.[a-z]+)*)?$")
+_PCI_ID = re.compile(r"^0[xX][0-9a-fA-F]{8}$")
+
+
+class ConfigError(LayoutError):
+    """A config or layout list that cannot be used; the message names where."""
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One entry of a mig-parted config (or one inline layout), validated.
+
+    devices: "all" or a tuple of GPU indices.
+    device_filter: tuple of (device id "0xDDDDVVVV", subsystem id "0xSSSSVVVV" or None).
+    mig_devices: {profile name: count} as written (zeros kept); empty when disabled.
+    label: where it is in the input plus what it selects, for messages, e.g.
+        "mig-parted config: config 'all-balanced' entry [2] (devices: all; device-filter: 0x20B010DE)".
+    """
+
+    label: str
+    devices: object
+    device_filter: tuple
+    mig_enabled: bool
+    mig_devices: dict
+
+
+@dataclass(frozen=True)
+class MigPartedConfig:
+    """A parsed mig-parted v1 file: {config name: (ConfigEntry, ...)}."""
+
+    origin: str
+    configs: dict
+
+    @property
+    def names(self):
+        return sorted(self.configs)
+
+    def select(self, name=None):
+        """The entries of one named config. The name may be left out when the file has exactly one."""
+        if name is None:
+            if len(self.configs) == 1:
+                return next(iter(self.configs.values()))
+            raise ConfigError("%s: %d configs, so a config name is needed; available: %s"
+                              % (self.origin, len(self.configs), ", ".join(self.names)))
+        if name not in self.configs:
+            raise ConfigError("%s: no config named %r; available: %s"
+                              % (self.origin, name, ", ".join(self.names)))
+        return self.configs[name]
+
+
+@dataclass(frozen=True)
+class HostGpu:
+    """What config resolution needs to know about one GPU of the host.
+
+    pci_device_id: packed 0xDDDDVVVV (int, or a string such as "0x20B010DE").
+    pci_subsystem_id: packed 0xSSSSVVVV or None. When None, a filter's
+    subsystem part is not checked (the device part still must match).
+    """
+
+    index: int
+    pci_device_id: object
+    mig_capable: bool
+    name: str = ""
+    pci_subsystem_id: object = None
+
+    @property
+    def label(self):
+        return "GPU %d (%s)" % (self.index, self.name) if self.name else "GPU %d" % self.index
+
+
+@dataclass(frozen=True)
+class GpuTarget:
+    """The layout one config entry asks for on one GPU."""
+
+    gpu: HostGpu
+    entry: ConfigEntry
+    mig_enabled: bool
+    mig_devices: dict    # {profile name: count}; {} when MIG is disabled or enabled-but-empty
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """Result of resolve_targets().
+
+    targets: GpuTarget per selected GPU, by index. GPUs absent here are left alone.
+    unmatched: entries that selected no GPU (a config often serves several
+        models); the caller decides whether that is an error.
+    skipped: (HostGpu, ConfigEntry) for GPUs that are not MIG-capable and were
+        selected by devices: all, or explicitly with mig-enabled false.
+    """
+
+    targets: tuple
+    unmatched: tuple
+    skipped: tuple
+
+
+# --------------------------------------------------------------------------
+# Reading
+# --------------------------------------------------------------------------
+
+def load_config(source, origin="mig-parted config"):
+    """Parse and validate a mig-parted v1 config.
+
+    source: YAML (or JSON) text, or an already-parsed mapping.
+    origin: how to name the input in messages (e.g. its path).
+    Raises ConfigError naming the config, the entry and the key on any problem.
+    """
+    if isinstance(source, bytes):
+        source = source.decode("utf-8")
+    if isinstance(source, str):
+        data = _load_yaml(source, origin)
+    else:
+        data = source
+    if not isinstance(data, Mapping):
+        raise ConfigError("%s: expected a mapping with 'version' and 'mig-configs', got %s"
+                          % (origin, _type_name(data)))
+    unknown = [k for k in data if k not in TOP_LEVEL_KEYS]
+    if unknown:
+        raise ConfigError("%s: unknown top-level key(s) %s; allowed: %s"
+                          % (origin, _keys_text(unknown), ", ".join(TOP_LEVEL_KEYS)))
+    if "version" not in data:
+        raise ConfigError("%s: 'version' is missing; it must be v1" % origin)
+    if data["version"] != "v1":
+        raise ConfigError("%s: unsupported version %r; only v1 is known" % (origin, data["version"]))
+    configs = data.get("mig-configs")
+    if not isinstance(configs, Mapping) or not configs:
+        raise ConfigError("%s: 'mig-configs' must be a non-empty mapping of config name to a list of entries"
+                          % origin)
+    parsed = {}
+    for name, entries in configs.items():
+        if not isinstance(name, str) or not name:
+            raise ConfigError("%s: config names must be non-empty strings, got %r" % (origin, name))
+        where = "%s: config %r" % (origin, name)
+        if not isinstance(entries, list) or not entries:
+            raise ConfigError("%s must be a non-empty list of entries, got %s" % (where, _type_name(entries)))
+        parsed[name] = tuple(_parse_entry(entry, "%s entry [%d]" % (where, i)) for i, entry in enumerate(entries))
+    return MigPartedConfig(origin, parsed)
+
+
+def _load_yaml(text, origin):
+    if yaml is None:
+        raise ConfigError("%s: reading YAML needs the PyYAML Python package on this host "
+                          "(or pass the config as a mapping)" % origin)
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)
+    except yaml.YAMLError as err:
+        raise ConfigError("%s: not valid YAML: %s" % (origin, err))
+    if data is None:
+        raise ConfigError("%s: empty document" % origin)
+    return data
+
+
+if yaml is not None:
+    class _StrictLoader(yaml.SafeLoader):
+        """SafeLoader that refuses duplicate keys instead of keeping the last one silently."""
+
+    def _construct_unique_mapping(loader, node, deep=False):
+        loader.flatten_mapping(node)
+        seen = set()
+        for key_node, _value in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+            except TypeError:
+                duplicate = False   # unhashable; construct_mapping reports it
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark,
+                    "found duplicate key %r" % (key,), key_node.start_mark)
+            try:
+                seen.add(key)
+            except TypeError:
+                pass
+        return loader.construct_mapping(node, deep)
+
+    _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
+def _parse_entry(entry, where):
+    if not isinstance(entry, Mapping):
+        raise ConfigError("%s: an entry must be a mapping, got %s" % (where, _type_name(entry)))
+    label = _raw_label(where, entry.get("devices"), entry.get("device-filter"))
+    unknown = [k for k in entry if k not in ENTRY_KEYS]
+    if unknown:
+        raise ConfigError("%s: unknown key(s) %s; allowed: %s" % (label, _keys_text(unknown), ", ".join(ENTRY_KEYS)))
+    return _build_entry(where, label, entry, "devices", "device-filter", "mig-enabled", "mig-devices",
+                        enabled_default=None)
+
+
+def entries_from_layouts(layouts, origin="layouts"):
+    """Turn inline per-GPU layouts into ConfigEntry values (same rules as a mig-parted entry).
+
+    Shape (a list; keys use underscores, as Ansible options do):
+
+        - gpus: all            # or a list of GPU indices; required
+          device_filter: "0x20B010DE"   # optional; one id or a list
+          mig_enabled: true    # optional, default true
+          devices:             # required when MIG is enabled ({} = enabled, empty)
+            3g.20gb: 2
+
+    devices must be absent or empty when mig_enabled is false.
+    """
+    if not isinstance(layouts, list) or not layouts:
+        raise ConfigError("%s: expected a non-empty list of layouts, got %s" % (origin, _type_name(layouts)))
+    entries = []
+    for i, layout in enumerate(layouts):
+        where = "%s[%d]" % (origin, i)
+        if not isinstance(layout, Mapping):
+            raise ConfigError("%s: a layout must be a mapping, got %s" % (where, _type_name(layout)))
+        label = _raw_label(where, layout.get("gpus"), layout.get("device_filter"), "gpus", "device_filter")
+        unknown = [k for k in layout if k not in LAYOUT_KEYS]
+        if unknown:
+            raise ConfigError("%s: unknown key(s) %s; allowed: %s"
+                              % (label, _keys_text(unknown), ", ".join(LAYOUT_KEYS)))
+        entries.append(_build_entry(where, label, layout, "gpus", "device_filter", "mig_enabled", "devices",
+                                    enabled_default=True))
+    return tuple(entries)
+
+
+def _build_entry(where, label, raw, devices_key, filter_key, enabled_key, mig_devices_key, enabled_default):
+    if devices_key not in raw:
+        raise ConfigError("%s: %r is missing; use 'all' or a list of GPU indices" % (label, devices_key))
+    devices = _parse_devices(raw[devices_key], label, devices_key)
+    device_filter = _parse_filter(raw.get(filter_key), label, filter_key) if filter_key in raw else ()
+    if enabled_key in raw:
+        enabled = raw[enabled_key]
+    elif enabled_default is None:
+        raise ConfigError("%s: %r is missing; it must be true or false" % (label, enabled_key))
+    else:
+        enabled = enabled_default
+    if not isinstance(enabled, bool):
+        raise ConfigError("%s: %r must be true or false, got %r" % (label, enabled_key, enabled))
+    if enabled:
+        if mig_devices_key not in raw:
+            raise ConfigError("%s: %r is missing; it is required when MIG is enabled "
+                              "(use {} for MIG enabled with no devices)" % (label, mig_devices_key))
+        mig_devices = _parse_mig_devices(raw[mig_devices_key], label, mig_devices_key)
+    else:
+        value = raw.get(mig_devices_key)
+        if value is not None and not (isinstance(value, Mapping) and not value):
+            raise ConfigError("%s: %r must be absent or empty when MIG is disabled"
+                              % (label, mig_devices_key))
+        mig_devices = {}
+    parts = ["%s: %s" % (devices_key, _devices_text(devices))]
+    if device_filter:
+        parts.append("%s: %s" % (filter_key, ", ".join(_filter_text(f) for f in device_filter)))
+    return ConfigEntry("%s (%s)" % (where, "; ".join(parts)), devices, device_filter, enabled, mig_devices)
+
+
+def _parse_devices(value, label, key):
+    if value == "all":
+        return "all"
+    if not isinstance(value, list):
+        raise ConfigError("%s: %r must be 'all' or a list of GPU indices, got %r" % (label, key, value))
+    if not value:
+        raise ConfigError("%s: %r is an empty list; use 'all' or list GPU indices" % (label, key))
+    for index in value:
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise ConfigError("%s: %r must list GPU indices (non-negative integers), got %r" % (label, key, index))
+    if len(set(value)) != len(value):
+        raise ConfigError("%s: %r lists a GPU index more than once" % (label, key))
+    return tuple(value)
+
+
+def _parse_filter(value, label, key):
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise ConfigError("%s: %r is an empty list" % (label, key))
+    parsed = []
+    for item in items:
+        device, dummy, subsystem = item.partition(":") if isinstance(item, str) else (item, "", "")
+        device_id = _pci_id_or_none(device)
+        subsystem_id = _pci_id_or_none(subsystem) if subsystem else None
+        if device_id is None or (subsystem and subsystem_id is None):
+            raise ConfigError("%s: %r entries must look like 0xDDDDVVVV (PCI device and vendor id, "
+                              "e.g. 0x20B010DE), optionally followed by :0xSSSSVVVV; got %r" % (label, key, item))
+        parsed.append((device_id, subsystem_id))
+    return tuple(parsed)
+
+
+def _parse_mig_devices(value, label, key):
+    if not isinstance(value, Mapping):
+        raise ConfigError("%s: %r must be a mapping of MIG profile name to count, got %s"
+                          % (label, key, _type_name(value)))
+    for name, count in value.items():
+        if not isinstance(name, str) or not _PROFILE_NAME.match(name):
+            raise ConfigError("%s: %r has a malformed profile name %r; expected [Nc.]Ng.Mgb[+attr...|-attr], "
+                              "e.g. 3g.20gb, 1c.3g.20gb, 1g.5gb+me" % (label, key, name))
+        match = _PROFILE_NAME.match(name)
+        if match.group("c") and int(match.group("c")) > int(match.group("g")):
+            raise ConfigError("%s: %r profile %r has more compute slices than GPU slices" % (label, key, name))
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ConfigError("%s: %r count for %r must be a non-negative integer, got %r"
+                              % (label, key, name, count))
+    if value and not any(value.values()):
+        raise ConfigError("%s: %r has only zero counts; use {} for MIG enabled with no devices" % (label, key))
+    return dict(value)
+
+
+# --------------------------------------------------------------------------
+# Selecting GPUs
+# --------------------------------------------------------------------------
+
+def resolve_targets(entries, gpus, allow_unmatched=False):
+    """Match entries to the host's GPUs.
+
+    entries: ConfigEntry values (MigPartedConfig.select() or entries_from_layouts()).
+    gpus: HostGpu values for every GPU of the host.
+
+    An entry selects the GPUs named by its devices AND matching its
+    device-filter. GPUs no entry selects are left alone. Errors (ConfigError):
+    a GPU selected by two entries; an entry naming a GPU index the host does
+    not have (unless allow_unmatched); a GPU that is not MIG-capable named
+    explicitly by an entry that enables MIG. An entry that selects nothing
+    otherwise (typically a device-filter for another model) is reported in
+    Resolution.unmatched, and so are missing indices when allow_unmatched.
+    """
+    by_index = {}
+    for gpu in gpus:
+        by_index[gpu.index] = gpu
+    claimed = {}
+    targets = []
+    unmatched = []
+    skipped = []
+    for entry in entries:
+        if entry.devices == "all":
+            candidates = [by_index[i] for i in sorted(by_index)]
+        else:
+            missing = [i for i in entry.devices if i not in by_index]
+            if missing and not allow_unmatched:
+                raise ConfigError("%s selects GPU index %s, but this host has %s"
+                                  % (entry.label, ", ".join(str(i) for i in missing), _host_text(by_index)))
+            candidates = [by_index[i] for i in entry.devices if i in by_index]
+        selected = []
+        for gpu in candidates:
+            if entry.device_filter and not _filter_matches(entry.device_filter, gpu):
+                continue
+            if not gpu.mig_capable:
+                if entry.devices != "all" and entry.mig_enabled:
+                    raise ConfigError("%s enables MIG on %s, which is not MIG-capable" % (entry.label, gpu.label))
+                skipped.append((gpu, entry))
+                continue
+            selected.append(gpu)
+        if not selected:
+            unmatched.append(entry)
+        for gpu in selected:
+            if gpu.index in claimed:
+                raise ConfigError("%s is selected by two entries: %s and %s"
+                                  % (gpu.label, claimed[gpu.index].label, entry.label))
+            claimed[gpu.index] = entry
+            targets.append(GpuTarget(gpu, entry, entry.mig_enabled, dict(entry.mig_devices)))
+    targets.sort(key=lambda t: t.gpu.index)
+    return Resolution(tuple(targets), tuple(unmatched), tuple(skipped))
+
+
+def _filter_matches(device_filter, gpu):
+    device_id = normalize_pci_id(gpu.pci_device_id)
+    subsystem_id = normalize_pci_id(gpu.pci_subsystem_id) if gpu.pci_subsystem_id is not None else None
+    for wanted_device, wanted_subsystem in device_filter:
+        if wanted_device != device_id:
+            continue
+        if wanted_subsystem is None or subsystem_id is None or wanted_subsystem == subsystem_id:
+            return True
+    return False
+
+
+def normalize_pci_id(value):
+    """0xDDDDVVVV in the form used for matching ("0x20B010DE"); accepts an int or a string."""
+    normalized = _pci_id_or_none(value)
+    if normalized is None:
+        raise ConfigError("not a PCI id (0xDDDDVVVV): %r" % (value,))
+    return normalized
+
+
+def _pci_id_or_none(value):
+    # An unquoted 0x20B010DE in YAML 1.1 arrives as an int.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return "0x%08X" % value if 0 <= value <= 0xFFFFFFFF else None
+    if isinstance(value, str) and _PCI_ID.match(value):
+        return "0x" + value[2:].upper()
+    return None
+
+
+# --------------------------------------------------------------------------
+# Message helpers
+# --------------------------------------------------------------------------
+
+def _raw_label(where, devices, device_filter, devices_key="devices", filter_key="device-filter"):
+    parts = ["%s: %s" % (devices_key, _devices_text(devices))]
+    if device_filter is not None:
+        shown = device_filter if isinstance(device_filter, list) else [device_filter]
+        parts.append("%s: %s" % (filter_key, ", ".join(_raw_filter_text(f) for f in shown)))
+    return "%s (%s)" % (where, "; ".join(parts))
+
+
+def _raw_filter_text(value):
+    if isinstance(value, int) and not isinstance(value, bool):
+        return "0x%08X" % value
+    return str(value)
+
+
+def _devices_text(devices):
+    if devices == "all":
+        return "all"
+    if isinstance(devices, (list, tuple)):
+        return "[%s]" % ", ".join(str(d) for d in devices)
+    return repr(devices)
+
+
+def _filter_text(item):
+    device, subsystem = item
+    return device if subsystem is None else "%s:%s" % (device, subsystem)
+
+
+def _host_text(by_index):
+    if not by_index:
+        return "no GPUs"
+    return "GPU index %s" % ", ".join(str(i) for i in sorted(by_index))
+
+
+def _keys_text(keys):
+    return ", ".join(repr(k) for k in keys)
+
+
+def _type_name(value):
+    if value is None:
+        return "nothing"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return "%s %r" % (type(value).__name__, value)
