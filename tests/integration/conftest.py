@@ -24,7 +24,7 @@ def kube_api(tmp_path):
     The test fails at teardown if a hook or controller raised inside the emulator.
     """
     api = KubeAPI().start()
-    api.kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+    api.write_kubeconfig(tmp_path / "kubeconfig")
     yield api
     api.stop()
     assert not api.errors, f"errors inside the Kubernetes emulator: {api.errors!r}"

@@ -1,0 +1,1 @@
+"""Test support code shared by the integration tests (not part of the collection)."""

@@ -1,0 +1,150 @@
+"""Label selectors, field selectors and the scheduling predicates the controllers need."""
+
+from __future__ import annotations
+
+import re
+
+from .errors import ApiError
+
+# One requirement is (key, operator, values); operators as in metav1.LabelSelectorRequirement.
+_TERM = re.compile(
+    r"""^\s*(?:
+        !\s*(?P<absent>[^\s,!=()]+)
+      | (?P<setkey>[^\s,!=()]+)\s+(?P<setop>in|notin)\s*\((?P<values>[^)]*)\)
+      | (?P<key>[^\s,!=()]+)\s*(?P<op>==|=|!=)\s*(?P<value>[^\s,!=()]*)
+      | (?P<exists>[^\s,!=()]+)
+    )\s*$""",
+    re.X,
+)
+
+
+def _split_terms(text: str):
+    terms, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            terms.append(text[start:i])
+            start = i + 1
+    terms.append(text[start:])
+    return [t for t in terms if t.strip()]
+
+
+def parse_label_selector(text: str) -> list:
+    """Parse the query-string form (`a=b,c!=d,e in (x,y),!f,g`)."""
+    reqs = []
+    for term in _split_terms(text or ""):
+        m = _TERM.match(term)
+        if not m:
+            raise ApiError(400, "BadRequest", f"unable to parse requirement: {term.strip()!r}")
+        if m["absent"]:
+            reqs.append((m["absent"], "DoesNotExist", []))
+        elif m["setkey"]:
+            values = [v.strip() for v in m["values"].split(",") if v.strip()]
+            reqs.append((m["setkey"], "In" if m["setop"] == "in" else "NotIn", values))
+        elif m["key"]:
+            reqs.append((m["key"], "NotIn" if m["op"] == "!=" else "In", [m["value"]]))
+        else:
+            reqs.append((m["exists"], "Exists", []))
+    return reqs
+
+
+def selector_requirements(selector) -> list | None:
+    """metav1.LabelSelector as requirements; None (a null selector) matches nothing."""
+    if selector is None:
+        return None
+    reqs = [(k, "In", [v]) for k, v in (selector.get("matchLabels") or {}).items()]
+    for expr in selector.get("matchExpressions") or []:
+        reqs.append((expr["key"], expr["operator"], list(expr.get("values") or [])))
+    return reqs
+
+
+def labels_match(reqs, labels) -> bool:
+    if reqs is None:
+        return False
+    labels = labels or {}
+    for key, op, values in reqs:
+        present = key in labels
+        if op == "In" and not (present and labels[key] in values):
+            return False
+        if op == "NotIn" and present and labels[key] in values:
+            return False
+        if op == "Exists" and not present:
+            return False
+        if op == "DoesNotExist" and present:
+            return False
+    return True
+
+
+def parse_field_selector(text: str) -> list:
+    reqs = []
+    for term in _split_terms(text or ""):
+        m = re.match(r"^\s*([^\s!=]+)\s*(==|=|!=)\s*(.*?)\s*$", term)
+        if not m:
+            raise ApiError(400, "BadRequest", f"invalid field selector: {term.strip()!r}")
+        reqs.append((m[1], m[2] != "!=", m[3]))
+    return reqs
+
+
+def field_value(obj: dict, path: str) -> str:
+    value = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
+
+
+def fields_match(reqs, obj) -> bool:
+    return all((field_value(obj, path) == value) == equal for path, equal, value in reqs)
+
+
+def node_selector_term_matches(term: dict, node: dict) -> bool:
+    labels = node["metadata"].get("labels") or {}
+    for expr in term.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], expr.get("values") or []
+        if op in ("Gt", "Lt"):
+            try:
+                have, want = int(labels[key]), int(values[0])
+            except (KeyError, ValueError, IndexError):
+                return False
+            if not (have > want if op == "Gt" else have < want):
+                return False
+        elif not labels_match([(key, op, values)], labels):
+            return False
+    for expr in term.get("matchFields") or []:
+        if expr["key"] == "metadata.name":
+            name_ok = node["metadata"]["name"] in (expr.get("values") or [])
+            if name_ok != (expr["operator"] == "In"):
+                return False
+    return True
+
+
+def pod_fits_node(pod_spec: dict, node: dict) -> bool:
+    """nodeSelector, required node affinity and NoSchedule/NoExecute taints, as a scheduler checks them."""
+    labels = node["metadata"].get("labels") or {}
+    for key, value in (pod_spec.get("nodeSelector") or {}).items():
+        if labels.get(key) != value:
+            return False
+    required = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = required.get("nodeSelectorTerms")
+    if terms and not any(node_selector_term_matches(t, node) for t in terms):
+        return False
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(taint, pod_spec):
+            return False
+    return True
+
+
+def _tolerated(taint: dict, pod_spec: dict) -> bool:
+    for tol in pod_spec.get("tolerations") or []:
+        if tol.get("effect") and tol["effect"] != taint.get("effect"):
+            continue
+        if not tol.get("key") and tol.get("operator") == "Exists":
+            return True
+        if tol.get("key") != taint.get("key"):
+            continue
+        if tol.get("operator") == "Exists" or tol.get("value", "") == taint.get("value", ""):
+            return True
+    return False
