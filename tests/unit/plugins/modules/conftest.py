@@ -76,3 +76,21 @@ def _fresh_pynvml():
     yield
     pynvml.nvmlLib = None
     pynvml._nvmlGetFunctionPointer_cache.clear()
+
+
+@pytest.fixture
+def gpu_workload():
+    """gpu_workload() -> a real, sleeping host process to register as a live GPU process."""
+    import subprocess
+    import sys
+    procs = []
+
+    def start():
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()

@@ -137,3 +137,20 @@ def test_mig_disabled_where_devices_are_asked_for(sim_host, run_module, file_dig
     assert file_digest(state) == before
     preview = apply(run_module, "all-3g.20gb", check_mode=True)   # the decide step of a rollout
     assert preview["changed"] is True and devices(preview, 0)["mode_mismatch"]
+
+
+def test_force_terminates_workloads_on_devices_that_must_go(sim_host, run_module, gpu_workload):
+    state = sim_host("1xH100-SXM5-80GB", mig="enabled")
+    first = run_module(mig_config, {"layouts": [{"gpus": "all", "devices": {"3g.40gb": 2}}]})
+    doomed = devices(first, 0)["devices"][0]
+    worker = gpu_workload()
+    sim.add_process(state, 0, pid=worker.pid, gi=doomed["gi_id"], ci=doomed["compute_instances"][0]["ci_id"],
+                    live=True)
+    target = {"layouts": [{"gpus": "all", "devices": {"7g.80gb": 1}}]}
+    refused = run_module(mig_config, target)
+    assert refused["failed"] is True and str(worker.pid) in refused["msg"]
+    result = run_module(mig_config, dict(target, force=True, force_timeout=5))
+    assert result["changed"] is True
+    assert devices(result, 0)["done"][0] == {"action": "terminate", "pids": [worker.pid]}
+    assert worker.wait(timeout=5) is not None
+    assert devices(result, 0)["mig_devices"] == {"7g.80gb": 1}

@@ -184,3 +184,20 @@ def test_mode_and_config_are_exclusive(sim_host, run_module):
     sim_host("1xH100-SXM5-80GB")
     result = run_module(mig_mode, {"mode": "enabled", "layouts": [{"gpus": "all", "devices": {}}]})
     assert result["failed"] is True and "mutually exclusive" in result["msg"]
+
+
+def test_force_terminates_the_processes_in_the_way(sim_host, run_module, gpu_workload):
+    state = sim_host("1xA100-SXM4-40GB", mig="enabled")
+    gi = make_layout(0, [(9, 0, 4, 2)])[0]
+    worker = gpu_workload()
+    sim.add_process(state, 0, pid=worker.pid, gi=gi, ci=0, live=True)
+    refused = run_module(mig_mode, {"mode": "disabled"})
+    assert refused["failed"] is True and "PIDs %d" % worker.pid in refused["msg"]
+    assert worker.poll() is None                    # without force nobody was harmed
+
+    result = run_module(mig_mode, {"mode": "disabled", "force": True, "force_timeout": 5, "reset": True})
+    assert result["changed"] is True
+    assert result["gpus"][0]["terminated_pids"] == [worker.pid]
+    assert worker.wait(timeout=5) is not None       # the workload really ended
+    assert [gi["profile"] for gi in result["gpus"][0]["destroyed"]] == ["3g.20gb"]
+    assert modes(state) == [{"current": 0, "pending": 0}]
