@@ -133,9 +133,9 @@ def test_enabled_and_disabled_and_empty():
     result = resolve_targets(config.select("all-disabled"), [gpu(0), gpu(1, "T4", capable=False)])
     (t,) = result.targets
     assert (t.mig_enabled, t.mig_devices) == (False, {})
-    assert [g.index for g, _ in result.skipped] == [1]   # devices: all skips non-MIG GPUs silently
+    assert [g.index for g, dummy in result.skipped] == [1]   # devices: all skips non-MIG GPUs silently
     result = resolve_targets(config.select("all-1g.5gb"), [gpu(0), gpu(1, "T4", capable=False)])
-    assert [t.gpu.index for t in result.targets] == [0] and [g.index for g, _ in result.skipped] == [1]
+    assert [t.gpu.index for t in result.targets] == [0] and [g.index for g, dummy in result.skipped] == [1]
     (t,) = resolve_targets(config.select("all-enabled"), [gpu(0)]).targets
     assert (t.mig_enabled, t.mig_devices) == (True, {})
 
@@ -308,7 +308,7 @@ def test_non_mig_gpus():
     assert "GPU 4 (T4)" in str(err.value) and "not MIG-capable" in str(err.value)
     disable = load_config(minimal(devices=[4], **{"mig-enabled": False, "mig-devices": DROP})).select()
     result = resolve_targets(disable, MIXED_HOST)
-    assert result.targets == () and [g.index for g, _ in result.skipped] == [4]
+    assert result.targets == () and [g.index for g, dummy in result.skipped] == [4]
     assert result.unmatched == disable
 
 
@@ -403,9 +403,9 @@ def test_filter_entries_select_exactly_the_matching_gpus(models, filters):
         return
     result = resolve_targets(config.select(), host)
     assert {t.gpu.index: config.select().index(t.entry) for t in result.targets} == expected_owner
-    assert sorted(g.index for g, _ in result.skipped) == sorted(
+    assert sorted(g.index for g, dummy in result.skipped) == sorted(
         g.index for g in host if not g.mig_capable for f in filters if not f)
-    selected_by = {k for k in expected_owner.values()}
+    selected_by = set(expected_owner.values())
     assert {config.select().index(e) for e in result.unmatched} == set(range(len(filters))) - selected_by
 
 

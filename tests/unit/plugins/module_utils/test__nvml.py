@@ -68,7 +68,7 @@ def test_reset_through_the_simulated_nvidia_smi(tmp_path):
     smi = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "tools", "sim-bin", "nvidia-smi")
 
     def run(argv):
-        p = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, GPUOPS_MIG_SIMULATE=state))
+        p = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, GPUOPS_MIG_SIMULATE=state), check=False)
         return p.returncode, p.stdout, p.stderr
 
     out = _nvml.reset_gpus(["00000000:07:00.0"], run, smi)

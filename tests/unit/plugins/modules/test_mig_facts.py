@@ -18,7 +18,7 @@ def test_reports_every_gpu_and_the_driver(sim_host, run_module, file_digest):
                                "nvml_version": facts["driver"]["nvml_version"], "error": None}
     assert facts["simulated"] is True
     assert facts["gpu_count"] == 4 and facts["mig_capable_count"] == 3
-    a100, _, a30, a10 = facts["gpus"]
+    a100, dummy, a30, a10 = facts["gpus"]
     assert a100["name"] == "NVIDIA A100-SXM4-40GB"
     assert a100["pci_device_id"] == "0x20B010DE"
     assert a100["mig_mode"] == {"current": "disabled", "pending": "disabled"}
