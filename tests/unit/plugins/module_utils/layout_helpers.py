@@ -21,8 +21,8 @@ import itertools
 
 from hypothesis import strategies as st
 
+from ansible_collections.gpuops.mig.plugins.module_utils._geometry import derived_ci_profiles
 from ansible_collections.gpuops.mig.plugins.module_utils._layout import (
-    CiProfile,
     ComputeInstance,
     GiProfile,
     GpuGeometry,
@@ -33,27 +33,9 @@ from ansible_collections.gpuops.mig.plugins.module_utils._layout import (
 # GPU models (mig-facts.md §1)
 # --------------------------------------------------------------------------
 
-# NVML COMPUTE_INSTANCE_PROFILE_* constants by SM-slice count.
-CI_PROFILE_ID = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
-
-
 def ci_profiles_for(gi_name, g):
-    """CI profiles of a g-slice GI (mig-facts §1.11).
-
-    Valid c: c <= g and, if c < g, 2c <= g + 1. Max count floor(g / c).
-    Placements: starts aligned to c that fit inside the GI; this matches the
-    go-nvml mock for 4g (1c {0,1,2,3}, 2c {0,2}, 4c {0}) and gives the
-    documented instance counts everywhere else (unverified on hardware).
-    """
-    result = []
-    for c in sorted(CI_PROFILE_ID):
-        if c > g or (c < g and 2 * c > g + 1):
-            continue
-        name = gi_name if c == g else "%dc.%s" % (c, gi_name)
-        starts = tuple(s for s in range(0, g, c) if s + c <= g)
-        result.append(CiProfile(id=CI_PROFILE_ID[c], sm_slices=c, max_count=g // c,
-                                placements=starts, name=name))
-    return tuple(result)
+    """CI profiles of a g-slice GI, by the rule the engine uses for GIs that do not exist yet."""
+    return derived_ci_profiles(gi_name, g)
 
 
 def gi(name, profile_id, memory_slices, sm_slices, max_count, placements, aliases=()):

@@ -1,0 +1,67 @@
+"""The geometry engine: what NVML reports becomes the planner's model, and plans apply."""
+
+import pytest
+
+from ansible_collections.gpuops.mig.plugins.module_utils import _geometry as geometry
+from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim as sim
+from ansible_collections.gpuops.mig.plugins.module_utils._nvml import Nvml
+
+from layout_helpers import MODELS  # noqa: E402  (tables written from NVIDIA's MIG user guide)
+
+SIM_KEYS = {
+    "A100-40GB": "A100-SXM4-40GB", "A100-80GB": "A100-SXM4-80GB", "A30": "A30-24GB",
+    "H100-80GB": "H100-SXM5-80GB", "H100-NVL": "H100-NVL", "H200": "H200", "B200": "B200",
+}
+
+
+@pytest.fixture
+def nvml_host(tmp_path, monkeypatch):
+    import pynvml
+
+    def make(spec, **kwargs):
+        path = str(tmp_path / "host.json")
+        sim.create_state(path, spec, **kwargs)
+        monkeypatch.setenv("GPUOPS_MIG_SIMULATE", path)
+        pynvml.nvmlLib = None
+        return path
+    yield make
+    pynvml.nvmlLib = None
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+
+
+def test_compute_instance_rule_matches_the_user_guide_table():
+    # mig-facts.md section 1.11: instances per compute profile inside each GI size.
+    expected = {1: {1: 1}, 2: {1: 2, 2: 1}, 3: {1: 3, 2: 1, 3: 1}, 4: {1: 4, 2: 2, 4: 1},
+                7: {1: 7, 2: 3, 3: 2, 4: 1, 7: 1}}
+    for g, counts in expected.items():
+        profiles = geometry.derived_ci_profiles("%dg.Xgb" % g, g)
+        assert {p.sm_slices: p.max_count for p in profiles} == counts
+        full = [p for p in profiles if p.sm_slices == g][0]
+        assert full.name == "%dg.Xgb" % g and full.placements == (0,)
+
+
+@pytest.mark.parametrize("model", sorted(SIM_KEYS))
+def test_geometry_read_through_pynvml_matches_the_documented_model(nvml_host, model):
+    nvml_host("1x%s" % SIM_KEYS[model], mig="enabled")
+    with Nvml() as nvml:
+        read = geometry.read_geometry(nvml, 0)
+    documented = MODELS[model]
+    assert (read.memory_slices, read.sm_slices) == (documented.memory_slices, documented.sm_slices)
+
+    def table(geo):
+        return sorted((p.id, p.name, p.memory_slices, p.sm_slices, p.max_count, tuple(p.placements),
+                       tuple((c.id, c.max_count, c.placements) for c in p.ci_profiles)) for p in geo.profiles)
+    assert table(read) == table(documented)
+
+
+def test_resolve_refuses_an_entry_that_selects_nothing(nvml_host):
+    nvml_host("1xA100-SXM4-40GB")
+    entries = geometry.load_entries(layouts=[{"gpus": "all", "device_filter": "0x233010DE", "devices": {}},
+                                             {"gpus": "all", "devices": {"1g.5gb": 1}}])
+    with Nvml() as nvml:
+        resolution, _gpus = geometry.resolve(nvml, entries)
+    assert len(resolution.unmatched) == 1 and len(resolution.targets) == 1   # a filter for another model is fine
+    entries = geometry.load_entries(layouts=[{"gpus": "all", "device_filter": "0x233010DE", "devices": {}}])
+    with Nvml() as nvml:
+        with pytest.raises(geometry.migparted.ConfigError, match="no entry of the config selects a GPU"):
+            geometry.resolve(nvml, entries)
