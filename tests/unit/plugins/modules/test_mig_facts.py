@@ -93,3 +93,9 @@ def test_nvml_failure_is_a_message_not_a_traceback(sim_host, run_module, file_di
     assert result["failed"] is True
     assert result["msg"].startswith("GPU 0 (NVIDIA A100-SXM4-40GB, 00000000:07:00.0): reading the MIG mode: permission denied")
     assert "Traceback" not in result["msg"]
+
+
+def test_old_driver_lists_profiles_only_while_mig_is_enabled(sim_host, run_module):
+    sim_host("1xA100-SXM4-40GB", driver_version="535.183.01")
+    gpu = facts_of(run_module(mig_facts, {}))["gpus"][0]
+    assert gpu["mig_capable"] is True and gpu["supported_profiles"] == []
