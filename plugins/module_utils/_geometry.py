@@ -173,7 +173,11 @@ def plan_host(nvml, resolution, gpus, force=False, check_mode=False):
             item.geometry = read_geometry(nvml, item.index)
             item.before = read_layout(nvml, item.index) if enabled_now else ()
             item.plan = layout.plan_gpu(item.geometry, item.before, target.mig_devices, force=force)
-        except (layout.LayoutError, GeometryError) as e:
+        except GeometryError as e:
+            if item.mode_mismatch is None:
+                problems.append("%s: %s: %s" % (item.label, target.entry.label, e))
+            # else: check mode before the mode change on an older driver; the mode change is the news.
+        except layout.LayoutError as e:
             problems.append("%s: %s: %s" % (item.label, target.entry.label, e))
     if problems:
         raise GeometryError("Nothing was changed. " + " | ".join(problems))
@@ -241,6 +245,11 @@ def _step(action, item, gi, ci=None, gi_id=None):
 
 # -- reporting ---------------------------------------------------------------
 
+def item_changed(item):
+    """A GPU changes when its plan does, or (check mode) when its mode is not yet right."""
+    return bool(item.mode_mismatch) or bool(item.plan is not None and item.plan.changed)
+
+
 def reread(nvml, work):
     """Read the resulting layouts (UUIDs of new devices included)."""
     for item in work:
@@ -259,7 +268,7 @@ def report(work, failed=None, error=None):
             "entry": item.target.entry.label,
             "mig_enabled": item.target.mig_enabled,
             "mode_mismatch": item.mode_mismatch,
-            "changed": bool(item.plan is not None and item.plan.changed),
+            "changed": item_changed(item),
             "target": dict(item.target.mig_devices),
             "plan": layout.plan_as_dict(item.geometry, item.plan) if item.plan is not None else None,
             "done": item.done,

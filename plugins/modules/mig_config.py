@@ -140,7 +140,7 @@ def main():
                                  failed_part_way=e.report, changed=True)
             geometry.reread(nvml, work)
         result = dict(
-            changed=any(item.plan is not None and item.plan.changed for item in work),
+            changed=any(geometry.item_changed(item) for item in work),
             gpus=geometry.report(work),
             skipped=["%s (%s)" % (gpu.label, entry.label) for gpu, entry in resolution.skipped],
             unmatched=[entry.label for entry in resolution.unmatched],

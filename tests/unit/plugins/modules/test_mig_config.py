@@ -154,3 +154,10 @@ def test_force_terminates_workloads_on_devices_that_must_go(sim_host, run_module
     assert devices(result, 0)["done"][0] == {"action": "terminate", "pids": [worker.pid]}
     assert worker.wait(timeout=5) is not None
     assert devices(result, 0)["mig_devices"] == {"7g.80gb": 1}
+
+
+def test_check_mode_before_the_mode_change_on_an_old_driver(sim_host, run_module):
+    sim_host("1xA100-SXM4-40GB", driver_version="535.183.01")   # lists no profiles while MIG is off
+    preview = apply(run_module, "all-3g.20gb", check_mode=True)
+    assert preview["changed"] is True
+    assert devices(preview, 0)["mode_mismatch"] and devices(preview, 0)["plan"] is None
