@@ -33,6 +33,7 @@ from ansible_collections.gpuops.mig.plugins.module_utils._layout import (
 # GPU models (mig-facts.md §1)
 # --------------------------------------------------------------------------
 
+
 def ci_profiles_for(gi_name, g):
     """CI profiles of a g-slice GI, by the rule the engine uses for GIs that do not exist yet."""
     return derived_ci_profiles(gi_name, g)
