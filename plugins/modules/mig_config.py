@@ -87,8 +87,10 @@ gpus:
   returned: always
   type: list
   elements: dict
-skipped:
-  description: GPUs an entry selected but that are not MIG-capable (left alone).
+skipped_gpus:
+  description:
+    - GPUs an entry selected but that are not MIG-capable (left alone).
+    - Not called C(skipped), a key that would make Ansible treat the whole task as skipped.
   returned: always
   type: list
   elements: str
@@ -142,7 +144,7 @@ def main():
         result = dict(
             changed=any(geometry.item_changed(item) for item in work),
             gpus=geometry.report(work),
-            skipped=["%s (%s)" % (gpu.label, entry.label) for gpu, entry in resolution.skipped],
+            skipped_gpus=["%s (%s)" % (gpu.label, entry.label) for gpu, entry in resolution.skipped],
             unmatched=[entry.label for entry in resolution.unmatched],
         )
         if module._diff:

@@ -161,3 +161,11 @@ def test_check_mode_before_the_mode_change_on_an_old_driver(sim_host, run_module
     preview = apply(run_module, "all-3g.20gb", check_mode=True)
     assert preview["changed"] is True
     assert devices(preview, 0)["mode_mismatch"] and devices(preview, 0)["plan"] is None
+
+
+def test_gpus_that_are_not_mig_capable_are_reported_not_touched(sim_host, run_module):
+    sim_host("1xA10,1xH100-SXM5-80GB", mig="enabled")
+    result = run_module(mig_config, {"layouts": [{"gpus": "all", "devices": {"7g.80gb": 1}}]})
+    assert "skipped" not in result      # a top-level 'skipped' would make Ansible ignore changed_when/failed_when
+    assert result["skipped_gpus"] == ["GPU 0 (NVIDIA A10) (layouts[0] (gpus: all))"]
+    assert [g["index"] for g in result["gpus"]] == [1]

@@ -1,0 +1,65 @@
+"""playbooks/site.yml, facts.yml and disable.yml against simulated hosts wired like the demo's
+(examples/simulated-fleet) and the Kubernetes API emulator, with the real helm binary."""
+
+import json
+
+import pytest
+
+from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim as sim
+from test_roles import CONFIG, STATE, Fleet, output
+
+pytestmark = pytest.mark.playbook
+
+
+def test_canary_failure_stops_the_rollout_then_report_then_disable(kube_api, kube_env, tmp_path):
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    bad = fleet.add("gpu-bad", "1xH100-SXM5-80GB", mig_node_config_name="all-3g",
+                    mig_node_config_file="{{ gpuops_sim_repo }}/examples/simulated-fleet/mig-parted-config.yaml")
+    good = fleet.add("gpu-good", "2xA30-24GB", mig_node_layouts=[{"gpus": "all", "devices": {"1g.6gb": 4}}])
+    sim.add_fault(bad, "nvmlDeviceCreateGpuInstanceWithPlacement", "INSUFFICIENT_RESOURCES")
+    good_before = fleet.digest("gpu-good")
+
+    # Canary first; survey answers as strings.
+    survey = {"gpuops_mig_canary": "true", "gpuops_mig_serial": "1", "gpuops_mig_max_fail_percentage": "0",
+              "mig_node_drain_retry_delay": "1", "mig_node_validate_delay": "1"}
+    site = fleet.run("playbooks/site.yml", survey)
+    assert site.recap["gpu-bad"]["failed"] == 1, output(site)
+    assert "MIG reconfiguration of gpu-bad failed at 'Apply the MIG geometry'" in site.stdout, output(site)
+    # The helm release was deployed once, with the strategy of the inventory.
+    plugin = kube_api.get("DaemonSet", "nvidia-device-plugin", "nvidia-device-plugin")
+    assert {"name": "MIG_STRATEGY", "value": "mixed"} in plugin["spec"]["template"]["spec"]["containers"][0]["env"]
+    # The failed canary stays cordoned and marked; the rollout stopped before the next batch.
+    node = kube_api.get("Node", "gpu-bad")
+    assert node["metadata"]["labels"][STATE] == "failed" and node["spec"]["unschedulable"] is True
+    assert fleet.digest("gpu-good") == good_before
+    node = kube_api.get("Node", "gpu-good")
+    assert STATE not in node["metadata"]["labels"] and not node["spec"].get("unschedulable")
+    assert "Roll the MIG layout out" in site.stdout and "gpu-good" not in site.stdout.split(
+        "PLAY [Roll the MIG layout out")[1].split("PLAY RECAP")[0]
+
+    # The fleet report: a table and a JSON file.
+    report = tmp_path / "report.json"
+    facts = fleet.run("playbooks/facts.yml", {"gpuops_mig_report_file": str(report)})
+    assert facts.returncode == 0, output(facts)
+    data = json.loads(report.read_text())["hosts"]
+    assert [g["mig_mode"]["current"] for g in data["gpu-bad"]["gpus"]] == ["enabled"]
+    assert [g["name"] for g in data["gpu-good"]["gpus"]] == ["NVIDIA A30"] * 2
+    table = (tmp_path / "report.txt").read_text().splitlines()
+    assert table[0].split() == ["HOST", "GPU", "MODEL", "MIG", "MIG", "DEVICES"]
+    assert table[1].split()[:3] == ["gpu-bad", "0", "NVIDIA"] and "enabled" in table[1]
+    assert table[2].split()[:2] == ["gpu-good", "0"] and "disabled" in table[2]
+    assert "gpu-good         0    NVIDIA A30" in facts.stdout
+
+    # MIG off on the failed node: the same safe workflow, the boot-time restore removed, the cordon
+    # the failed run left is lifted.
+    sim.clear_faults(bad)
+    unit = fleet.dir / "gpu-bad" / "etc" / "systemd" / "system" / "gpuops-mig-restore.service"
+    assert unit.exists()
+    off = fleet.run("playbooks/disable.yml", {"mig_node_validate_delay": "1"}, limit="gpu-bad")
+    assert off.recap["gpu-bad"]["failed"] == 0, output(off)
+    assert [g["mig"] for g in sim.load_state(bad)["gpus"]] == [{"current": 0, "pending": 0}]
+    assert not unit.exists() and not (fleet.dir / "gpu-bad" / "etc" / "gpuops-mig" / "desired.json").exists()
+    node = kube_api.get("Node", "gpu-bad")
+    assert node["metadata"]["labels"][STATE] == "success" and node["metadata"]["labels"][CONFIG] == "all-disabled"
+    assert not node["spec"].get("unschedulable")
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "1"

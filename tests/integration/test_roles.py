@@ -1,0 +1,366 @@
+"""The roles (mig_preflight, mig_node, mig_device_plugin) run by ansible-playbook against simulated
+GPU hosts (connection local) and the Kubernetes API emulator on loopback.
+
+Hosts are wired like the demo's: examples/simulated-fleet/group_vars (state file, tools/sim-bin on
+PATH, boot-time restore under a per-host root). `Fleet` below is also used by test_playbooks.py.
+"""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim as sim
+from tests.support.kubeapi import seed
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+BIN = os.path.dirname(sys.executable)
+EXAMPLE = os.path.join(REPO, "examples", "simulated-fleet")
+CHART = os.path.join(REPO, "tests", "support", "charts", "nvidia-device-plugin")
+
+pytestmark = pytest.mark.playbook
+
+STATE = "nvidia.com/mig.config.state"
+CONFIG = "nvidia.com/mig.config"
+DCGM_EXPORTER = "nvidia.com/gpu.deploy.dcgm-exporter"
+GFD_DEPLOY = "nvidia.com/gpu.deploy.gpu-feature-discovery"
+# Hosts whose simulated boot runs the boot-time restore need the simulator installed with the engine.
+SIMULATOR = ["_nvml_sim.py", "_nvml_sim_models.py"]
+
+
+class Fleet(object):
+    """Simulated GPU hosts, their Kubernetes nodes and an inventory for them."""
+
+    def __init__(self, tmp_path, kube_api=None, kube_env=None):
+        self.dir = tmp_path / "fleet"
+        self.dir.mkdir()
+        shutil.copytree(os.path.join(EXAMPLE, "group_vars"), str(self.dir / "group_vars"))
+        self.kube_api = kube_api
+        self.env = dict(kube_env or os.environ)
+        self.env.update(
+            ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "collections"),
+            ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+            ANSIBLE_REMOTE_TEMP=str(tmp_path / "ansible-tmp"),
+            ANSIBLE_NOCOLOR="1",
+            ANSIBLE_FORCE_COLOR="0",
+            GPUOPS_SIM_DIR=str(self.dir),
+            GPUOPS_SIM_REPO=REPO,
+            PATH=BIN + os.pathsep + self.env.get("PATH", ""),
+        )
+        self.hosts = {}
+
+    def state_path(self, name):
+        return str(self.dir / ("%s.json" % name))
+
+    def add(self, name, gpus, node_labels=None, kubernetes=True, driver=sim.DEFAULT_DRIVER_VERSION, **hostvars):
+        """A simulated host; with kubernetes, also its node (linked to the GPUs for the plugin/GFD)."""
+        sim.create_state(self.state_path(name), gpus, seed=name, driver_version=driver)
+        if kubernetes:
+            labels = {"nvidia.com/gpu.present": "true"}
+            labels.update(node_labels or {})
+            self.kube_api.seed(seed.node(name, labels, nvml_state=self.state_path(name)))
+        else:
+            hostvars.setdefault("mig_node_kubernetes", False)
+            hostvars.setdefault("mig_preflight_kubernetes", False)
+        self.hosts[name] = hostvars
+        return self.state_path(name)
+
+    def inventory(self):
+        path = self.dir / "inventory.yml"
+        path.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": self.hosts}}}}))
+        return str(path)
+
+    def run(self, playbook, extra_vars=None, check=False, limit=None):
+        playbook = playbook if os.path.isabs(playbook) else os.path.join(REPO, playbook)
+        cmd = [os.path.join(BIN, "ansible-playbook"), "-i", self.inventory(), playbook]
+        if extra_vars:
+            cmd += ["-e", json.dumps(extra_vars)]
+        if check:
+            cmd.append("--check")
+        if limit:
+            cmd += ["--limit", limit]
+        proc = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=900, check=False)
+        proc.recap = recap(proc.stdout)
+        self.runs = getattr(self, "runs", 0) + 1
+        (self.dir / ("run-%d.log" % self.runs)).write_text(proc.stdout + proc.stderr)  # for post-mortems
+        return proc
+
+    def digest(self, name):
+        with open(self.state_path(name), "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+
+    def devices(self, name):
+        """{gpu index: {profile name: count}} from the simulated host."""
+        from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim_models as models
+        out = {}
+        for gpu in sim.load_state(self.state_path(name))["gpus"]:
+            counts = {}
+            for gi in gpu["gpu_instances"]:
+                profile = models.gi_profile_by_id(models.MODELS[gpu["model"]], gi["profile_id"]).name
+                counts[profile] = counts.get(profile, 0) + 1
+            out[gpu["index"]] = counts
+        return out
+
+
+def recap(stdout):
+    """{host: {"ok": n, "changed": n, "failed": n, ...}} from the PLAY RECAP (last one wins)."""
+    hosts = {}
+    for host, fields in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", stdout, re.M):
+        hosts[host] = dict((k, int(v)) for k, v in re.findall(r"(\w+)=(\d+)", fields))
+    return hosts
+
+
+def output(proc):
+    return proc.stdout[-12000:] + proc.stderr[-4000:]
+
+
+def device_plugin_daemonsets():
+    """The plugin and GFD as the chart names them; the emulator plays both (MIG strategy mixed)."""
+    plugin = seed.daemonset("nvidia-device-plugin", namespace="nvidia-device-plugin",
+                            labels={"app.kubernetes.io/name": "nvidia-device-plugin"}, env={"MIG_STRATEGY": "mixed"})
+    gfd = seed.daemonset("nvidia-device-plugin-gpu-feature-discovery", namespace="nvidia-device-plugin",
+                         labels={"app.kubernetes.io/name": "nvidia-device-plugin-gpu-feature-discovery"},
+                         env={"MIG_STRATEGY": "mixed"})
+    return [plugin, gfd]
+
+
+def node_history(kube_api):
+    """Records, per node, each change of the MIG state label, of the cordon and of the operand labels."""
+    history = {}
+
+    def record(event):
+        labels = event.obj["metadata"].get("labels") or {}
+        entry = (labels.get(STATE), bool((event.obj.get("spec") or {}).get("unschedulable")),
+                 labels.get(DCGM_EXPORTER))
+        seen = history.setdefault(event.obj["metadata"]["name"], [])
+        if not seen or seen[-1] != entry:
+            seen.append(entry)
+    kube_api.on("modified", record, kind="Node")
+    return history
+
+
+# --------------------------------------------------------------------------------------------------
+# mig_node
+# --------------------------------------------------------------------------------------------------
+
+def test_node_workflow_end_to_end_then_converged_rerun(kube_api, kube_env, tmp_path):
+    """Four nodes in one run: a full rollout with a budget that blocks evictions for a while, a node
+    that needs a reboot, a node that fails part-way, and a single-strategy layout refused up front.
+    Then a re-run of the two good nodes changes nothing and drains nothing."""
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    operand = {DCGM_EXPORTER: "true", GFD_DEPLOY: "false"}
+    # node-a: GPU Operator style (config name from the node label), a host service holding the GPUs,
+    # a GPU pod guarded by a budget that refuses the first evictions.
+    a = fleet.add("node-a", "2xA100-SXM4-40GB", node_labels=dict(operand, **{CONFIG: "all-balanced"}),
+                  mig_node_config_file=os.path.join(EXAMPLE, "mig-parted-config.yaml"), mig_node_smoke_test=True)
+    sim.set_host(a, add_clients=["nvidia-dcgm"])
+    # node-b: a passthrough VM; the GPU reset is refused, so the node reboots (simulated), and the
+    # boot-time restore recreates the layout at boot.
+    # Only pods that use GPUs leave it, and an admin had cordoned it already: it stays cordoned.
+    b = fleet.add("node-b", "1xA30-24GB", mig_node_layouts=[{"gpus": "all", "devices": {"2g.12gb": 2}}],
+                  mig_node_drain_gpu_pods_only=True, mig_node_persist_engine_extra_files=SIMULATOR)
+    sim.set_host(b, passthrough=True)
+    kube_api.patch("Node", "node-b", {"spec": {"unschedulable": True}})
+    # node-c: creating a GPU instance fails (injected NVML fault) after the clients were paused.
+    c = fleet.add("node-c", "1xH100-SXM5-80GB", node_labels=operand, mig_node_persist=False,
+                  mig_node_layouts=[{"gpus": "all", "devices": {"3g.40gb": 2}}])
+    sim.set_host(c, add_clients=["nvidia-dcgm"])
+    sim.add_fault(c, "nvmlDeviceCreateGpuInstanceWithPlacement", "INSUFFICIENT_RESOURCES")
+    # node-d: the single strategy cannot advertise two device types on one node.
+    d = fleet.add("node-d", "1xA100-SXM4-40GB", mig_node_mig_strategy="single",
+                  mig_node_layouts=[{"gpus": "all", "devices": {"3g.20gb": 1, "2g.10gb": 1}}])
+    d_before = fleet.digest("node-d")
+    # box-g (no Kubernetes): a pending mode that even the reboot does not apply fails clearly.
+    g = fleet.add("box-g", "1xA30-24GB", kubernetes=False, mig_node_persist=False,
+                  mig_node_layouts=[{"gpus": "all", "devices": {}}])
+    sim.set_host(g, passthrough=True, mode_change_survives_reboot=False)
+
+    kube_api.seed(
+        *device_plugin_daemonsets(),
+        seed.daemonset("dcgm-exporter", namespace="gpu-operator", labels={"app": "nvidia-dcgm-exporter"},
+                       node_selector={DCGM_EXPORTER: "true"}),
+        seed.pod("train-0", node="node-a", namespace="ml", labels={"app": "train"},
+                 owner=("ReplicaSet", "train-7d9f"), limits={"nvidia.com/gpu": 1}),
+        seed.pdb("train", {"app": "train"}, namespace="ml", disruptions_allowed=0),
+        seed.pod("web-0", node="node-b", owner=("ReplicaSet", "web-6c4f")),
+        seed.pod("infer-0", node="node-b", owner=("ReplicaSet", "infer-6c4f"), limits={"nvidia.com/mig-1g.6gb": 1}),
+    )
+    refusals = []
+
+    def budget(event):  # let the eviction through after two refusals
+        refusals.append(event.obj["metadata"]["name"])
+        if len(refusals) == 2:
+            status = {"disruptionsAllowed": 1, "currentHealthy": 1, "desiredHealthy": 0, "expectedPods": 1}
+            kube_api.set_status("PodDisruptionBudget", "train", status, "ml")
+    kube_api.on("eviction-refused", budget)
+    history = node_history(kube_api)
+    smoke = []
+
+    def run_smoke(event):  # the kubelet stand-in: each smoke workload succeeds at once
+        if "gpuops.mig/smoke-test" in (event.obj["metadata"].get("labels") or {}):
+            limits = event.obj["spec"]["containers"][0]["resources"]["limits"]
+            smoke.append(dict((k, str(v)) for k, v in limits.items()))
+            kube_api.set_status("Pod", event.obj["metadata"]["name"], {"phase": "Succeeded"}, "default")
+    kube_api.on("added", run_smoke, kind="Pod")
+
+    # Survey answers arrive as strings.
+    awx = {"mig_node_pause_operands": "true", "mig_node_drain_timeout": "60", "mig_node_drain_retry_delay": "1",
+           "mig_node_validate_timeout": "30", "mig_node_validate_delay": "1", "mig_node_reset_gpus": "true"}
+    proc = fleet.run("tests/integration/playbooks/mig_node.yml", awx)
+    out = proc.stdout + proc.stderr
+    assert proc.recap["node-a"]["failed"] == 0 and proc.recap["node-b"]["failed"] == 0, output(proc)
+    assert proc.recap["node-c"]["failed"] == 1 and proc.recap["node-d"]["failed"] == 1, output(proc)
+    assert proc.recap["box-g"]["failed"] == 1, output(proc)
+
+    # node-a: converged to all-balanced, the budget was respected, clients paused and restored.
+    balanced = {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}
+    assert fleet.devices("node-a") == {0: balanced, 1: balanced}
+    assert refusals == ["train-0", "train-0"]
+    assert kube_api.find("Pod", "train-0", "ml") is None
+    assert any(r.method == "POST" and r.path.endswith("/pods/train-0/eviction") for r in kube_api.requests)
+    assert history["node-a"][0] == ("pending", True, "true")              # pending and cordoned at once
+    assert ("pending", True, "paused-for-mig-change") in history["node-a"]  # operands paused
+    assert history["node-a"][-1] == ("success", False, "true")             # restored, done, uncordoned
+    node = kube_api.get("Node", "node-a")
+    assert node["metadata"]["labels"][GFD_DEPLOY] == "false"              # "false" is left alone
+    assert "gpuops.mig/cordoned" not in (node["metadata"].get("annotations") or {})
+    assert node["status"]["allocatable"]["nvidia.com/mig-1g.5gb"] == "4"
+    assert node["status"]["allocatable"]["nvidia.com/mig-3g.20gb"] == "2"
+    assert sim.load_state(a)["host"]["clients"] == ["nvidia-dcgm"]        # stopped for the reset, back again
+    assert kube_api.list("Pod", "gpu-operator", field_selector="spec.nodeName=node-a")  # operand is back
+    assert sorted(smoke, key=str) == [{"nvidia.com/mig-1g.5gb": "1"}, {"nvidia.com/mig-2g.10gb": "1"},
+                                      {"nvidia.com/mig-3g.20gb": "1"}]
+    assert kube_api.list("Pod", "default", label_selector="gpuops.mig/smoke-test") == []
+    desired = json.loads((fleet.dir / "node-a" / "etc" / "gpuops-mig" / "desired.json").read_text())
+    assert desired["config_name"] == "all-balanced" and "mig-configs" in desired["config"]
+
+    # node-b: the reset was refused, the node rebooted once, the boot-time restore made the layout.
+    assert fleet.devices("node-b") == {0: {"2g.12gb": 2}}
+    assert sim.load_state(b)["boot_count"] == 1
+    assert history["node-b"] == [("pending", True, None), ("rebooting", True, None), ("pending", True, None),
+                                 ("success", True, None)]
+    boot_log = open(b + ".boot.log").read()
+    assert "gpuops-mig-restore.service: exit 0" in boot_log and "2g.12gb x2 (created)" in boot_log
+    assert kube_api.find("Pod", "infer-0") is None and kube_api.find("Pod", "web-0")  # GPU pods only
+    assert kube_api.get("Node", "node-b")["spec"]["unschedulable"] is True       # not ours to uncordon
+
+    # node-c: failed part-way: clients restored, state failed, still cordoned, the reason shown.
+    node = kube_api.get("Node", "node-c")
+    assert node["metadata"]["labels"][STATE] == "failed"
+    assert node["metadata"]["labels"][DCGM_EXPORTER] == "true"
+    assert node["spec"]["unschedulable"] is True
+    assert sim.load_state(c)["host"]["clients"] == ["nvidia-dcgm"]
+    assert ("pending", True, "paused-for-mig-change") in history["node-c"]
+    assert re.search(r"MIG reconfiguration of node-c failed at 'Apply the MIG geometry'.*insufficient resources",
+                     out, re.S | re.I), output(proc)
+
+    # node-d: refused before any change.
+    assert fleet.digest("node-d") == d_before
+    assert "node-d" not in history
+    assert "with mig_node_mig_strategy=single every GPU of the node must be MIG-enabled with one and the same" in out
+    assert "GPU 0 (NVIDIA A100-SXM4-40GB): 2g.10gb, 3g.20gb" in out
+
+    # box-g: rebooted once, the mode is still pending: it fails and says so.
+    assert sim.load_state(g)["boot_count"] == 1
+    assert "box-g: the MIG mode is still wrong after the reboot on GPU 0 (NVIDIA A30: current disabled, " \
+           "pending enabled" in out
+
+    # The converged nodes again: nothing changes, nothing is drained or patched.
+    seen = len(kube_api.requests)
+    digests = {name: fleet.digest(name) for name in ("node-a", "node-b")}
+    again = fleet.run("tests/integration/playbooks/mig_node.yml", awx, limit="node-a,node-b")
+    assert again.recap["node-a"] == dict(again.recap["node-a"], changed=0, failed=0), output(again)
+    assert again.recap["node-b"] == dict(again.recap["node-b"], changed=0, failed=0), output(again)
+    writes = [r for r in kube_api.requests[seen:] if r.method in ("POST", "PATCH", "PUT", "DELETE")]
+    assert writes == []
+    assert {name: fleet.digest(name) for name in digests} == digests
+
+
+def test_node_check_mode_changes_nothing(kube_api, kube_env, tmp_path):
+    """--check predicts the change and touches neither the GPUs, the node, nor the host's files."""
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet.add("node-e", "1xH100-SXM5-80GB", node_labels={DCGM_EXPORTER: "true"},
+              mig_node_layouts=[{"gpus": "all", "devices": {"1g.10gb": 7}}])
+    fleet.add("box-f", "1xA100-SXM4-40GB", kubernetes=False, mig_node_persist=False,
+              mig_node_layouts=[{"gpus": "all", "devices": {"7g.40gb": 1}}])
+    kube_api.seed(seed.pod("web-0", node="node-e", owner=("ReplicaSet", "web-1")))
+    before = {name: fleet.digest(name) for name in ("node-e", "box-f")}
+    objects = json.dumps([kube_api.list(kind) for kind in ("Node", "Pod")], sort_keys=True)
+
+    proc = fleet.run("tests/integration/playbooks/mig_node.yml", check=True)
+    assert proc.returncode == 0, output(proc)
+    assert "layout 'custom' is not in place: MIG mode change and geometry change needed" in proc.stdout
+    assert {name: fleet.digest(name) for name in before} == before
+    assert json.dumps([kube_api.list(kind) for kind in ("Node", "Pod")], sort_keys=True) == objects
+    assert not (fleet.dir / "node-e").exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# mig_preflight
+# --------------------------------------------------------------------------------------------------
+
+def test_preflight_says_what_is_wrong_and_how_to_fix_it(tmp_path):
+    fleet = Fleet(tmp_path)
+    fleet.add("good", "2xH100-SXM5-80GB", kubernetes=False, mig_preflight_kubernetes=True)
+    fleet.add("no-mig", "1xA10", kubernetes=False)
+    fleet.add("old-driver", "1xH200", kubernetes=False, driver="535.183.01")
+    fleet.add("old-toolkit", "1xA100-SXM4-40GB", kubernetes=False, mig_preflight_kubernetes=True,
+              gpuops_mig_environment_extra={"GPUOPS_SIM_CTK_VERSION": "1.14.0"})
+    fleet.add("no-nvml", "1xA100-SXM4-40GB", kubernetes=False, ansible_python_interpreter="/usr/bin/python3")
+    playbook = tmp_path / "preflight.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "name": "Preflight", "hosts": "all", "gather_facts": False,
+        "environment": "{{ gpuops_mig_environment | combine(gpuops_mig_environment_extra | default({})) }}",
+        "roles": [{"role": "gpuops.mig.mig_preflight"}]}]))
+    proc = fleet.run(str(playbook))
+    out = proc.stdout + proc.stderr
+    assert proc.recap["good"]["failed"] == 0, output(proc)
+    assert "good: driver 570.124.06, 2 MIG-capable GPU(s) of 2 (NVIDIA H100 80GB HBM3), NVIDIA Container " \
+           "Toolkit 1.17.8." in out
+    assert "no-mig: no MIG-capable GPU found (GPUs: NVIDIA A10)" in out
+    assert "old-driver: driver 535.183.01 is too old for MIG on GPU 0 (NVIDIA H200), which needs 550.90.07 or newer" in out
+    assert "old-toolkit: NVIDIA Container Toolkit 1.14.0 is older than 1.17.8" in out
+    assert "no-nvml: nvidia-ml-py (import pynvml) is not importable by /usr/bin/python3" in out
+    assert all(proc.recap[h]["failed"] == 1 for h in ("no-mig", "old-driver", "old-toolkit", "no-nvml")), output(proc)
+
+
+# --------------------------------------------------------------------------------------------------
+# mig_device_plugin
+# --------------------------------------------------------------------------------------------------
+
+def test_device_plugin_deployed_with_helm(kube_api, kube_env, tmp_path):
+    """The real helm binary installs the (stand-in) chart with the MIG strategy, GFD and merged values;
+    a second run changes nothing; a strategy change upgrades the release."""
+    kube_api.seed(seed.node("gpu-1", {"nvidia.com/gpu.present": "true"}))
+    playbook = tmp_path / "plugin.yml"
+    role = {"role": "gpuops.mig.mig_device_plugin", "vars": {
+        "mig_device_plugin_chart_ref": CHART, "mig_device_plugin_chart_repo_url": "",
+        "mig_device_plugin_helm_binary": os.path.join(BIN, "helm"),
+        "mig_device_plugin_mig_strategy": "{{ strategy }}",
+        "mig_device_plugin_values": {"tolerations": [{"key": "dedicated", "operator": "Exists"}]}}}
+    playbook.write_text(yaml.safe_dump([{"name": "Device plugin", "hosts": "localhost", "gather_facts": False,
+                                         "roles": [role]}]))
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+
+    first = fleet.run(str(playbook), {"strategy": "single"})
+    assert first.recap["localhost"]["changed"] == 1, output(first)
+    plugin = kube_api.get("DaemonSet", "nvidia-device-plugin", "nvidia-device-plugin")
+    container = plugin["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "MIG_STRATEGY", "value": "single"} in container["env"]
+    assert plugin["spec"]["template"]["spec"]["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+    assert kube_api.find("DaemonSet", "nvidia-device-plugin-gpu-feature-discovery", "nvidia-device-plugin")
+    assert kube_api.list("Pod", "nvidia-device-plugin", field_selector="spec.nodeName=gpu-1")
+
+    second = fleet.run(str(playbook), {"strategy": "single"})
+    assert second.recap["localhost"]["changed"] == 0, output(second)
+    third = fleet.run(str(playbook), {"strategy": "mixed"})
+    assert third.recap["localhost"]["changed"] == 1, output(third)
+    plugin = kube_api.get("DaemonSet", "nvidia-device-plugin", "nvidia-device-plugin")
+    assert {"name": "MIG_STRATEGY", "value": "mixed"} in plugin["spec"]["template"]["spec"]["containers"][0]["env"]

@@ -1,0 +1,131 @@
+"""The boot-time restore of the mig_node role without Ansible: tools/gpuops-mig-restore with an engine
+copy laid out as the role installs it, and the simulated host's systemctl (tools/sim-bin/systemctl)
+that runs it at a simulated boot."""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim as sim
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+RESTORE = os.path.join(REPO, "tools", "gpuops-mig-restore")
+SIM_BIN = os.path.join(REPO, "tools", "sim-bin")
+ENGINE = ["_nvml.py", "_geometry.py", "_layout.py", "_migparted.py", "_nvml_sim.py", "_nvml_sim_models.py"]
+
+
+@pytest.fixture
+def host(tmp_path):
+    """A simulated host with the restore installed the way the role installs it (no __init__.py files)."""
+    engine = tmp_path / "lib" / "ansible_collections" / "gpuops" / "mig" / "plugins" / "module_utils"
+    engine.mkdir(parents=True)
+    for name in ENGINE:
+        shutil.copy(os.path.join(REPO, "plugins", "module_utils", name), str(engine / name))
+    state = str(tmp_path / "host.json")
+    env = dict(os.environ, GPUOPS_MIG_SIMULATE=state, PATH=SIM_BIN + os.pathsep + os.environ["PATH"],
+               SYSTEMD_UNIT_PATH=str(tmp_path / "units"))
+    # Nothing of the checkout may leak in: the engine must come from the copy.
+    env.pop("PYTHONPATH", None)
+
+    class Host(object):
+        path = state
+        dir = tmp_path
+
+        def desired(self, **content):
+            path = tmp_path / "desired.json"
+            path.write_text(json.dumps(dict({"format": 1}, **content)))
+            return str(path)
+
+        def restore(self, desired, *args):
+            return subprocess.run([sys.executable, RESTORE, "--desired", desired, "--engine-dir",
+                                   str(tmp_path / "lib")] + list(args),
+                                  capture_output=True, text=True, timeout=120, env=env, cwd=str(tmp_path),
+                                  check=False)
+
+        def systemctl(self, *args):
+            return subprocess.run([sys.executable, os.path.join(SIM_BIN, "systemctl")] + list(args),
+                                  capture_output=True, text=True, timeout=120, env=env, check=False)
+
+        def digest(self):
+            with open(state, "rb") as f:
+                return hashlib.sha256(f.read()).hexdigest()
+    return Host()
+
+
+def layout_of(path):
+    return [(g["mig"], sorted(gi["profile_id"] for gi in g["gpu_instances"])) for g in sim.load_state(path)["gpus"]]
+
+
+def test_restore_sets_mode_resets_idle_gpus_and_creates_the_layout(host):
+    sim.create_state(host.path, "1xA100-SXM4-40GB,1xH100-SXM5-80GB,1xA10")
+    desired = host.desired(config={"version": "v1", "mig-configs": {"inference": [
+        {"devices": "all", "device-filter": "0x20B010DE", "mig-enabled": True, "mig-devices": {"3g.20gb": 2}},
+        {"devices": "all", "device-filter": "0x233010DE", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]}},
+        config_name="inference")
+    dry = host.restore(desired, "--dry-run")
+    assert dry.returncode == 0 and "(would change)" in dry.stdout, dry.stdout + dry.stderr
+    assert all(mig == {"current": 0, "pending": 0} for mig, _instances in layout_of(host.path)[:2])
+
+    first = host.restore(desired)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "GPU 0 (NVIDIA A100-SXM4-40GB, 00000000:07:00.0): GPU reset done" in first.stdout
+    assert layout_of(host.path) == [({"current": 1, "pending": 1}, [9, 9]),
+                                    ({"current": 1, "pending": 1}, [19] * 7), (None, [])]
+    again = host.restore(desired)
+    assert again.returncode == 0 and again.stdout.count("(already in place)") == 2, again.stdout
+
+
+def test_restore_never_reboots_a_pending_mode(host):
+    sim.create_state(host.path, "1xA30-24GB")
+    sim.set_host(host.path, passthrough=True)
+    proc = host.restore(host.desired(layouts=[{"gpus": "all", "devices": {"4g.24gb": 1}}]))
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "MIG mode still pending on GPU 0 (NVIDIA A30, 00000000:07:00.0)" in proc.stdout
+    assert "not rebooting" in proc.stdout
+    assert sim.load_state(host.path)["boot_count"] == 0
+
+
+@pytest.mark.parametrize("content, message", [
+    ({"layouts": [{"gpus": "all", "devices": {"9g.99gb": 1}}]}, "the desired state cannot be applied"),
+    ({"layouts": [], "config": {}}, "exactly one of"),
+])
+def test_restore_refuses_bad_input_and_changes_nothing(host, content, message):
+    sim.create_state(host.path, "1xA100-SXM4-40GB")
+    before = host.digest()
+    proc = host.restore(host.desired(**content))
+    assert proc.returncode == 1 and message in proc.stdout, proc.stdout + proc.stderr
+    assert host.digest() == before
+
+
+def test_simulated_systemctl_holds_gpu_clients_and_boots_enabled_units(host):
+    sim.create_state(host.path, "1xA100-SXM4-40GB")
+    sim.set_host(host.path, add_clients=["nvidia-dcgm"])
+    show = host.systemctl("show", "nvidia-dcgm.service")
+    assert "ActiveState=active" in show.stdout and "LoadState=loaded" in show.stdout
+    assert "LoadState=not-found" in host.systemctl("show", "nvsm.service").stdout
+    assert host.systemctl("stop", "nvidia-dcgm").returncode == 0
+    assert sim.load_state(host.path)["host"]["clients"] == []          # a reset would now succeed
+    assert host.systemctl("list-units", "--type=service", "--state=active", "--plain", "--no-legend").stdout == ""
+    assert host.systemctl("start", "nvsm.service").returncode == 5      # unknown unit
+
+    # A unit file with ExecStart: enabled units run at the simulated boot, before the GPU clients start.
+    units = host.dir / "units"
+    units.mkdir()
+    desired = host.desired(layouts=[{"gpus": "all", "devices": {"7g.40gb": 1}}])
+    (units / "gpuops-mig-restore.service").write_text(
+        "[Service]\nType=oneshot\nExecStart=%s %s --desired %s --engine-dir %s\n"
+        % (sys.executable, RESTORE, desired, host.dir / "lib"))
+    assert host.systemctl("enable", "gpuops-mig-restore.service").returncode == 0
+    assert host.systemctl("is-enabled", "gpuops-mig-restore.service", "-l").stdout == "enabled\n"
+    sim.set_host(host.path, add_clients=["nvidia-dcgm"])
+    assert host.systemctl("reboot").returncode == 0
+    state = sim.load_state(host.path)
+    assert state["boot_count"] == 1
+    assert state["host"]["clients"] == ["nvidia-dcgm"]                  # enabled client started again
+    assert [len(g["gpu_instances"]) for g in state["gpus"]] == [1]      # the restore ran at boot
+    assert "gpuops-mig-restore.service: exit 0" in (host.dir / "host.json.boot.log").read_text()
