@@ -83,7 +83,7 @@ ansible-playbook -i "$inventory" playbooks/facts.yml -e gpuops_mig_report_file="
 cat "$demo/mig-fleet-report.txt"
 echo "  (machine-readable: $demo/mig-fleet-report.json)"
 echo
-kubectl get nodes -o custom-columns='NODE:.metadata.name,SCHEDULABLE:.spec.unschedulable,MIG CONFIG:.metadata.labels.nvidia\.com/mig\.config,STATE:.metadata.labels.nvidia\.com/mig\.config\.state'
+kubectl get nodes -o custom-columns='NODE:.metadata.name,CORDONED:.spec.unschedulable,MIG CONFIG:.metadata.labels.nvidia\.com/mig\.config,STATE:.metadata.labels.nvidia\.com/mig\.config\.state'
 
 echo "== playbooks/site.yml again: nothing changes"
 ansible-playbook -i "$inventory" playbooks/site.yml -e gpuops_mig_canary=true -e gpuops_mig_serial=2 \
