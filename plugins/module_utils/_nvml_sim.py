@@ -258,7 +258,11 @@ def _is_hopper_or_newer(model):
 
 
 def _host_pid_alive(pid):
-    """A live process is a real one: it exists and is not a zombie."""
+    """A live process is a real one: it exists and is not a zombie.
+
+    The same test as _nvml.pid_alive; kept here because the simulator must load
+    without pynvml (tools/mig-sim runs on a bare python3), and _nvml imports it.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
