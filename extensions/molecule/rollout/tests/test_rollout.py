@@ -1,0 +1,75 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the gpuops.mig collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""After fleet-a, its converged re-run and fleet-b around busy devices: the fleet, checked from outside."""
+
+import json
+
+from bedview import RESTORE_UNIT, advertised, busy_devices, expected_devices, gpu_state, mig_devices
+
+MIG_HOSTS = ("a100-0", "h100-0", "h200-0", "a30-0", "a100-vm")
+
+
+def test_gpus_have_the_second_layout(name):
+    for gpu in gpu_state(name)["gpus"]:
+        expected = expected_devices("fleet-b", gpu["model"])
+        if expected is None:
+            assert gpu["mig"] is None and not gpu["gpu_instances"], gpu
+        else:
+            assert gpu["mig"] == {"current": 1, "pending": 1}, (name, gpu["index"])
+            assert mig_devices(gpu) == expected, (name, gpu["index"])
+
+
+def test_busy_devices_were_kept(name):
+    state = gpu_state(name)
+    for device in busy_devices(name):
+        gpu = state["gpus"][device["gpu"]]
+        gi = next(g for g in gpu["gpu_instances"] if g["id"] == device["gi"])
+        assert gi["start"] == device["start"]
+        assert [ci["uuid"] for ci in gi["compute_instances"] if ci["id"] == device["ci"]] == [device["uuid"]]
+        assert any(p["pid"] == device["pid"] and p["gi"] == device["gi"] for p in state["processes"])
+    assert bool(busy_devices(name)) == (name in ("a100-0", "a100-vm", "h100-0", "h200-0"))
+
+
+def test_only_the_passthrough_vm_rebooted_once(name):
+    # a100-vm cannot reset its GPUs, so enabling MIG took one reboot; nothing else ever rebooted.
+    assert gpu_state(name)["boot_count"] == (1 if name == "a100-vm" else 0)
+
+
+def test_boot_time_restore_is_installed(host, name):
+    unit = host.file("/etc/systemd/system/" + RESTORE_UNIT)
+    if name not in MIG_HOSTS:
+        assert not unit.exists
+        return
+    assert unit.is_file and unit.user == "root" and unit.mode == 0o644
+    assert "ExecStart=" in unit.content_string and "gpuops-mig-restore" in unit.content_string
+    script = host.file("/usr/local/sbin/gpuops-mig-restore")
+    assert script.is_file and script.user == "root" and script.mode == 0o755
+    desired = json.loads(host.file("/etc/gpuops-mig/desired.json").content_string)
+    assert desired["config_name"] == "fleet-b"
+    assert host.check_output("systemctl is-enabled %s", RESTORE_UNIT) == "enabled"
+
+
+def test_node_is_labelled_and_schedulable(cluster, name):
+    node = cluster.node(name)
+    labels = node.metadata.labels
+    assert not node.spec.unschedulable
+    assert "gpuops.mig/cordoned" not in (node.metadata.annotations or {})
+    if name in MIG_HOSTS:
+        assert labels["nvidia.com/mig.config"] == "fleet-b"
+        assert labels["nvidia.com/mig.config.state"] == "success"
+
+
+def test_device_plugin_advertises_the_layout(cluster, name):
+    allocatable = {k: int(v) for k, v in cluster.node(name).status.allocatable.items() if k.startswith("nvidia.com/")}
+    assert allocatable == advertised(gpu_state(name))
+
+
+def test_daemonset_pods_stayed(cluster, name):
+    owners = [p.metadata.owner_references[0].kind for p in cluster.pods(node=name, namespace="gpu-monitoring")]
+    assert owners == ["DaemonSet"]
+
+
+def test_workload_pods_left_only_the_changed_nodes(cluster, name):
+    pods = [p.metadata.name for p in cluster.pods(node=name, namespace="ml") if p.metadata.name.startswith("train-b-")]
+    assert pods == (["train-b-h100-0"] if name == "h100-0" else [])
