@@ -199,7 +199,8 @@ def apply_host(nvml, work, force_timeout=10.0):
         try:
             _apply_gpu(nvml, item, force_timeout)
         except NvmlError as e:
-            raise ApplyError("%s: %s" % (item.label, e), report(work, failed=item, error=str(e)))
+            # The adapter's message already names the GPU.
+            raise ApplyError(str(e), report(work, failed=item, error=str(e)))
 
 
 def _apply_gpu(nvml, item, force_timeout):

@@ -61,6 +61,7 @@ _REASONS = {
     19: "in use by another client (processes, or services such as nvidia-persistenced, DCGM or nvsm)",
     23: "insufficient resources (the placement is occupied or the profile's capacity is used up)",
     29: "invalid state",
+    999: "unknown error reported by the driver",
 }
 
 RESET_REQUIRED = 16

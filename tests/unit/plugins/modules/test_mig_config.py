@@ -91,6 +91,7 @@ def test_failure_part_way_leaves_no_half_made_device_and_rerun_converges(sim_hos
     result = run_module(mig_config, {"layouts": [{"gpus": "all", "devices": {"3g.40gb": 2}}]})
     assert result["failed"] is True
     assert "failed part-way" in result["msg"]
+    assert result["msg"].count("GPU 0 (NVIDIA H100 80GB HBM3") == 1   # the GPU is named once
     report = result["failed_part_way"][0]
     assert [s["action"] for s in report["done"]] == ["create_gi"]
     state_gpu = sim.load_state(state)["gpus"][0]
