@@ -55,33 +55,49 @@ def select_gpus(gpus, selectors):
     """
     chosen = {}
     for raw in selectors:
-        sel = str(raw).strip()
-        if sel.lower() == "all":
-            matched = list(gpus)
-        elif _INDEX.match(sel):
-            matched = [g for g in gpus if g["index"] == int(sel)]
-            if not matched:
-                raise SelectionError("GPU index %s does not exist on this host (it has %s)" % (sel, _describe_indexes(gpus)))
-        elif _UUID.match(sel):
-            matched = [g for g in gpus if g["uuid"].lower() == sel.lower()]
-            if not matched:
-                raise SelectionError("no GPU with UUID %s on this host" % sel)
-        elif _DEVICE_ID.match(sel):
-            matched = [g for g in gpus if g["pci_device_id"].lower() == sel.lower()]
-            if not matched:
-                raise SelectionError("no GPU with PCI device ID %s on this host" % sel)
-        elif normalize_bus_id(sel):
-            bus = normalize_bus_id(sel)
-            matched = [g for g in gpus if normalize_bus_id(g["pci_bus_id"]) == bus]
-            if not matched:
-                raise SelectionError("no GPU at PCI bus ID %s on this host" % sel)
-        else:
-            raise SelectionError(
-                "%r is not a GPU selector: use all, an index (0), a GPU UUID (GPU-...), "
-                "a PCI device ID (0x20B010DE) or a PCI bus ID (0000:07:00.0)" % sel)
-        for g in matched:
+        for g in _match(gpus, str(raw).strip())[1]:
             chosen[g["index"]] = g
     return [chosen[i] for i in sorted(chosen)]
+
+
+def explicitly_selected(gpus, selectors):
+    """Indexes of GPUs named one by one (index, UUID or bus ID), not through all or a model ID."""
+    named = set()
+    for raw in selectors:
+        kind, matched = _match(gpus, str(raw).strip())
+        if kind in ("index", "uuid", "bus"):
+            named.update(g["index"] for g in matched)
+    return named
+
+
+def _match(gpus, sel):
+    """(kind, matching GPUs) for one selector; SelectionError if malformed or unmatched."""
+    if sel.lower() == "all":
+        return "all", list(gpus)
+    if _INDEX.match(sel):
+        matched = [g for g in gpus if g["index"] == int(sel)]
+        if not matched:
+            raise SelectionError("GPU index %s does not exist on this host (it has %s)" % (sel, _describe_indexes(gpus)))
+        return "index", matched
+    if _UUID.match(sel):
+        matched = [g for g in gpus if g["uuid"].lower() == sel.lower()]
+        if not matched:
+            raise SelectionError("no GPU with UUID %s on this host" % sel)
+        return "uuid", matched
+    if _DEVICE_ID.match(sel):
+        matched = [g for g in gpus if g["pci_device_id"].lower() == sel.lower()]
+        if not matched:
+            raise SelectionError("no GPU with PCI device ID %s on this host" % sel)
+        return "model", matched
+    bus = normalize_bus_id(sel)
+    if bus:
+        matched = [g for g in gpus if normalize_bus_id(g["pci_bus_id"]) == bus]
+        if not matched:
+            raise SelectionError("no GPU at PCI bus ID %s on this host" % sel)
+        return "bus", matched
+    raise SelectionError(
+        "%r is not a GPU selector: use all, an index (0), a GPU UUID (GPU-...), "
+        "a PCI device ID (0x20B010DE) or a PCI bus ID (0000:07:00.0)" % sel)
 
 
 def _describe_indexes(gpus):

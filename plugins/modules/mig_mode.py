@@ -137,6 +137,7 @@ from ansible_collections.gpuops.mig.plugins.module_utils._common import (
     CONFIG_SOURCE_EXCLUSIVE,
     GPU_SELECTION_ARG_SPEC,
     SelectionError,
+    explicitly_selected,
     module_run_command,
     nvml_session,
     select_gpus,
@@ -151,26 +152,6 @@ from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
     reset_gpus,
     terminate_processes,
 )
-
-_EXPLICIT = ("index", "uuid", "bus")
-
-
-def _selector_kind(sel):
-    sel = str(sel).strip()
-    if sel.isdigit():
-        return "index"
-    if sel.upper().startswith("GPU-"):
-        return "uuid"
-    if ":" in sel:
-        return "bus"
-    return "group"
-
-
-def _matches(gpu, sel):
-    try:
-        return bool(select_gpus([gpu], [sel]))
-    except SelectionError:
-        return False
 
 
 class MigModeManager(object):
@@ -240,7 +221,10 @@ class MigModeManager(object):
             self.fail("Nothing was changed. " + " | ".join(problems), gpus=self._public())
 
     def _explicit(self, gpu):
-        return any(_selector_kind(s) in _EXPLICIT and _matches(gpu, s) for s in self.params["gpus"])
+        if not self.params["mode"]:
+            return False  # with a config, the config's own rules decide (resolve_targets)
+        identities = [self.nvml.gpu(i) for i in range(self.nvml.gpu_count())]
+        return gpu["index"] in explicitly_selected(identities, self.params["gpus"])
 
     def _check_in_the_way(self, entry, current):
         """Record what blocks the mode change; return a message if that is not allowed."""

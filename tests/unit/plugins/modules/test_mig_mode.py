@@ -133,6 +133,7 @@ def test_processes_on_a_whole_gpu_block_a_mode_change(sim_host, run_module, file
 @pytest.mark.parametrize("args, message", [
     ({"mode": "enabled", "gpus": ["3"]}, "GPU index 3 does not exist on this host (it has GPU indexes 0, 1)"),
     ({"mode": "enabled", "gpus": ["1"]}, "Nothing was changed. GPU 1 (NVIDIA A10, 00000000:0F:00.0) is not MIG-capable"),
+    ({"mode": "enabled", "gpus": ["0", "1"]}, "Nothing was changed. GPU 1 (NVIDIA A10, 00000000:0F:00.0) is not MIG-capable"),
     ({"mode": "enabled", "gpus": ["all"], "non_capable": "fail"},
      "Nothing was changed. GPU 1 (NVIDIA A10, 00000000:0F:00.0) is not MIG-capable"),
     ({"mode": "enabled", "gpus": ["GPU-nope"]}, "no GPU with UUID GPU-nope on this host"),
