@@ -930,8 +930,8 @@ class SimulatedNvml(object):
 
     @_symbol("nvmlDeviceGetGpuInstanceRemainingCapacity")
     def _gi_remaining_capacity(self, device, profile_id, count_ref):
+        # Answered with MIG disabled too (driver 580): the GPU is then empty.
         gpu, model = _mig_capable_gpu(self._store.read(), device)
-        _require_mig_enabled(gpu)
         profile = _known_gi_profile(model, profile_id)
         _set_value(count_ref, _gi_remaining(gpu, model, profile))
 
@@ -1139,8 +1139,9 @@ class SimulatedNvml(object):
 
     @_symbol("nvmlDeviceGetMaxMigDeviceCount")
     def _max_mig_devices(self, device, count_ref):
-        _gpu, model = _mig_capable_gpu(self._store.read(), device)
-        _set_value(count_ref, model.sm_slices)
+        gpu, model = _mig_capable_gpu(self._store.read(), device)
+        # Zero while MIG is disabled, as driver 580 reports (tests/data/nvml-captures).
+        _set_value(count_ref, model.sm_slices if _mig_enabled(gpu) else 0)
 
     @_symbol("nvmlDeviceGetMigDeviceHandleByIndex")
     def _mig_device_by_index(self, device, index, device_ref):

@@ -7,9 +7,10 @@ from __future__ import annotations
 # Catalog of the GPU models the simulated driver (_nvml_sim) can present.
 # PRIVATE to the gpuops.mig test tooling; may change at any time.
 #
-# Numbers come from the project's reference notes (mig-facts.md section 1):
-# `nvidia-smi mig -lgip/-lgipp` captures, the MIG User Guide and the go-nvml
-# mocks. Where no capture exists the value is an expectation and the entry says
+# Numbers come from read-only NVML captures of real GPUs (tests/data/nvml-captures,
+# made with tools/mig-probe) and the project's reference notes (mig-facts.md
+# section 1): `nvidia-smi mig -lgip/-lgipp` captures, the MIG User Guide and the
+# go-nvml mocks. Where no capture exists the value is an expectation and the entry says
 # so in its `assumed` notes (docs/simulator.md lists them all). Memory sizes are
 # chosen so that go-nvlib's naming formula turns them into the documented
 # profile names (1g.5gb, 3g.71gb, ...).
@@ -31,7 +32,8 @@ GI_7_SLICE = 4
 GI_1_SLICE_REV1 = 7
 GI_2_SLICE_REV1 = 8
 GI_1_SLICE_REV2 = 9
-GI_PROFILE_COUNT = 18
+# Constants at or above this are INVALID_ARGUMENT (driver 580 knows 0..16; pynvml 13 lists 18).
+GI_PROFILE_COUNT = 17
 
 # NVML compute-instance profile constants (NVML_COMPUTE_INSTANCE_PROFILE_*):
 # constant -> SM slices. The CI profile id equals the constant.
@@ -161,7 +163,7 @@ _CATALOG = (
             (9984, 9984, 20096, 20096, 40448, 40448, 81152),
             (16, 16, 26, 32, 60, 64, 132),
             _HOPPER_ENGINES)),
-        assumed=(_ENGINES_NOTE,)),
+        assumed=()),  # every GI profile value checked against driver 580.159.04 (tests/data/nvml-captures)
     GpuModel(
         key="H100-NVL", name="NVIDIA H100 NVL", pci_device_id=0x232110DE, memory_mib=95830,
         architecture=ARCH_HOPPER, compute_capability=(9, 0), memory_slices=8, sm_slices=7,
@@ -176,11 +178,10 @@ _CATALOG = (
         architecture=ARCH_HOPPER, compute_capability=(9, 0), memory_slices=8, sm_slices=7,
         gi_profiles=_profiles(_SEVEN_SLICE_LAYOUT, _rows(
             (18, 18, 35, 35, 71, 71, 141),
-            (16384, 16384, 33024, 33024, 71168, 71168, 143104),
+            (16384, 16384, 33280, 33280, 71424, 71424, 143360),
             (16, 16, 26, 32, 60, 64, 132),
             _HOPPER_ENGINES)),
-        assumed=(_ENGINES_NOTE,
-                 "placements: the 8-slot A100/H100 layout (no -lgipp capture)")),
+        assumed=()),  # every GI profile value checked against driver 580.159.04 (tests/data/nvml-captures)
     GpuModel(
         key="B200", name="NVIDIA B200", pci_device_id=0x290110DE, memory_mib=183359,
         architecture=ARCH_BLACKWELL, compute_capability=(10, 0), memory_slices=8, sm_slices=7,
