@@ -16,8 +16,11 @@ options:
         ConfigMap C(config.yaml)) with C(version) and C(mig-configs), each config a list of entries with
         C(devices) (V(all) or GPU indices), optional C(device-filter) (one or a list of C(0xDDDDVVVV)),
         C(mig-enabled) and C(mig-devices) (MIG device name to count, for example C(3g.20gb) or C(1c.3g.20gb)).
+      - A mapping, or the config's YAML text (for example a file read on the controller with
+        C(lookup('ansible.builtin.file', ...))). Text is parsed strictly, as O(config_file) is. A key that
+        appears twice, such as a config name defined twice, is an error instead of the last one winning.
       - Mutually exclusive with O(config_file) and O(layouts).
-    type: dict
+    type: raw
   config_file:
     description:
       - Path, on the managed host, of a mig-parted v1 config file.

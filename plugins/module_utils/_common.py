@@ -129,7 +129,7 @@ def module_run_command(module):
 
 # Paired with the doc fragment gpuops.mig._config_source.
 CONFIG_SOURCE_ARG_SPEC = dict(
-    config=dict(type="dict"),
+    config=dict(type="raw"),   # a mapping, or YAML text parsed strictly (duplicate keys refused)
     config_file=dict(type="path"),
     layouts=dict(type="list", elements="dict"),
     config_name=dict(type="str"),

@@ -63,3 +63,40 @@ def test_canary_failure_stops_the_rollout_then_report_then_disable(kube_api, kub
     assert node["metadata"]["labels"][STATE] == "success" and node["metadata"]["labels"][CONFIG] == "all-disabled"
     assert not node["spec"].get("unschedulable")
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "1"
+
+
+def test_a_layout_that_fails_on_a_later_batch_stops_the_rollout_before_any_change(kube_api, kube_env, tmp_path):
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet.add("gpu-first", "1xH100-SXM5-80GB", mig_node_layouts=[{"gpus": "all", "devices": {"1g.10gb": 7}}])
+    fleet.add("gpu-later", "1xA30-24GB", mig_node_layouts=[{"gpus": "all", "devices": {"1g.6gb": 5}}])
+    before = {name: fleet.digest(name) for name in ("gpu-first", "gpu-later")}
+
+    site = fleet.run("playbooks/site.yml", {"gpuops_mig_serial": "1"})
+    assert site.returncode != 0, output(site)
+    # Stopped in the preview, naming the node, the GPU and the entry.
+    assert "PLAY [Roll the MIG layout out" not in site.stdout, output(site)
+    assert "GPU 0 (NVIDIA A30" in site.stdout and "layouts[0]" in site.stdout, output(site)
+    # Nothing changed anywhere: no GPU, no cordon, no label.
+    for name in ("gpu-first", "gpu-later"):
+        assert fleet.digest(name) == before[name], name
+        node = kube_api.get("Node", name)
+        assert STATE not in node["metadata"]["labels"] and not node["spec"].get("unschedulable"), name
+
+
+def test_a_config_file_that_defines_a_name_twice_is_refused_before_any_change(kube_api, kube_env, tmp_path):
+    # Read on the controller, the file reaches the modules as text, parsed strictly: the second
+    # 'big' does not silently replace the first.
+    config = tmp_path / "mig-parted.yaml"
+    config.write_text("version: v1\nmig-configs:\n"
+                      "  big:\n    - {devices: all, mig-enabled: true, mig-devices: {7g.80gb: 1}}\n"
+                      "  big:\n    - {devices: all, mig-enabled: true, mig-devices: {1g.10gb: 7}}\n")
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet.add("gpu-dup", "1xH100-SXM5-80GB", mig_node_config_file=str(config), mig_node_config_name="big")
+    before = fleet.digest("gpu-dup")
+
+    site = fleet.run("playbooks/site.yml")
+    assert site.returncode != 0, output(site)
+    assert "found duplicate key 'big'" in site.stdout, output(site)
+    assert fleet.digest("gpu-dup") == before
+    node = kube_api.get("Node", "gpu-dup")
+    assert STATE not in node["metadata"]["labels"] and not node["spec"].get("unschedulable")

@@ -181,6 +181,11 @@ def test_node_workflow_end_to_end_then_converged_rerun(kube_api, kube_env, tmp_p
     g = fleet.add("box-g", "1xA30-24GB", kubernetes=False, mig_node_persist=False,
                   mig_node_layouts=[{"gpus": "all", "devices": {}}])
     sim.set_host(g, passthrough=True, mode_change_survives_reboot=False)
+    # node-h: a passthrough VM that never comes back from its reboot (the boot id never changes).
+    h = fleet.add("node-h", "1xA30-24GB", node_labels=operand, mig_node_persist=False,
+                  mig_node_layouts=[{"gpus": "all", "devices": {"4g.24gb": 1}}],
+                  mig_node_reboot_command="/bin/true", mig_node_reboot_timeout=5)
+    sim.set_host(h, passthrough=True, add_clients=["nvidia-dcgm"])
 
     kube_api.seed(
         *device_plugin_daemonsets(),
@@ -271,6 +276,17 @@ def test_node_workflow_end_to_end_then_converged_rerun(kube_api, kube_env, tmp_p
     assert sim.load_state(g)["boot_count"] == 1
     assert "box-g: the MIG mode is still wrong after the reboot on GPU 0 (NVIDIA A30: current disabled, " \
            "pending enabled" in out
+
+    # node-h: gave up after the reboot timeout; the operands are unpaused through the API, but the
+    # host services are not started on a host that is down, and the message says so.
+    node = kube_api.get("Node", "node-h")
+    assert node["metadata"]["labels"][STATE] == "failed" and node["spec"]["unschedulable"] is True
+    assert node["metadata"]["labels"][DCGM_EXPORTER] == "true"
+    assert sim.load_state(h)["host"]["clients"] == []
+    assert re.search(r"MIG reconfiguration of node-h failed at 'Wait for the new boot': no new boot id[.] "
+                     r"The host did not come back from its reboot within 5 s: bring it up", out), output(proc)
+    assert "node-h failed at 'Wait for the new boot'" in out and "GPU clients were restored" not in \
+        out.split("MIG reconfiguration of node-h")[1].split("\n")[0]
 
     # The converged nodes again: nothing changes, nothing is drained or patched.
     seen = len(kube_api.requests)

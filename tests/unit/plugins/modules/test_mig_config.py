@@ -115,6 +115,12 @@ def test_failure_part_way_leaves_no_half_made_device_and_rerun_converges(sim_hos
     ({"config_file": "BROKEN"}, "broken.yaml: not valid YAML"),
     ({"config_file": "/nonexistent/config.yaml"}, "cannot read the mig-parted config /nonexistent/config.yaml"),
     ({"config_file": CONFIG, "config_name": "all-teapots"}, "no config named 'all-teapots'; available: "),
+    # YAML text, as the mig_node role passes a file read on the controller: a config defined twice is
+    # refused rather than the last definition winning.
+    ({"config": "version: v1\nmig-configs:\n  big: [{devices: all, mig-enabled: true, mig-devices: {7g.40gb: 1}}]\n"
+                "  big: [{devices: all, mig-enabled: true, mig-devices: {1g.5gb: 7}}]\n", "config_name": "big"},
+     "found duplicate key 'big'"),
+    ({"config": 42}, "expected a mapping with 'version' and 'mig-configs', got"),
 ])
 def test_bad_input_is_a_clear_error_and_changes_nothing(sim_host, run_module, file_digest, tmp_path, args, expected):
     state = sim_host("1xA100-SXM4-40GB", mig="enabled")
@@ -127,6 +133,14 @@ def test_bad_input_is_a_clear_error_and_changes_nothing(sim_host, run_module, fi
     assert result["failed"] is True, result
     assert expected in result["msg"]
     assert file_digest(state) == before
+
+
+def test_config_as_yaml_text_is_applied_like_a_mapping(sim_host, run_module):
+    sim_host("1xA100-SXM4-40GB", mig="enabled")
+    with open(CONFIG) as f:
+        text = f.read()
+    result = run_module(mig_config, {"config": text, "config_name": "all-1g.5gb"})
+    assert result["changed"] is True and devices(result, 0)["mig_devices"] == {"1g.5gb": 7}
 
 
 def test_mig_disabled_where_devices_are_asked_for(sim_host, run_module, file_digest):
