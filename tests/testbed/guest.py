@@ -9,10 +9,11 @@ bed.py starts every host as
         python3 guest.py start --host-dir DIR --hostname NAME [--boot]
 
 `start` gives the host its own view of the machine (hostname; copy-on-write
-/etc, /usr/local, /usr/sbin, /var/lib and /opt; a fresh /run with the host
-directory at /run/gpuops-sim; its own /proc/sys/kernel/random/boot_id), puts
-stand-ins for shutdown/reboot/poweroff/halt in /usr/sbin, optionally boots
-(see `boot`), and then becomes the host's sshd.
+/etc, /usr/local, /usr/sbin, /var/lib, /opt and /root, with the host's own
+~/.bashrc and ~/.profile; a fresh /run with the host directory at
+/run/gpuops-sim; its own /proc/sys/kernel/random/boot_id), puts stand-ins for
+shutdown/reboot/poweroff/halt in /usr/sbin, optionally boots (see `boot`), and
+then becomes the host's sshd.
 
 `power` is what those stand-ins run. It answers at once, then, detached
 from the SSH session: kills every process of the host (so the connection
@@ -43,7 +44,16 @@ STATE = HOST_DIR + "/state.json"
 SSHD = "/usr/sbin/sshd"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 # Directories each host gets its own copy-on-write view of (tag = name of the upper dir).
-OVERLAYS = {"etc": "/etc", "usr-local": "/usr/local", "usr-sbin": "/usr/sbin", "var-lib": "/var/lib", "opt": "/opt"}
+OVERLAYS = {"etc": "/etc", "usr-local": "/usr/local", "usr-sbin": "/usr/sbin", "var-lib": "/var/lib", "opt": "/opt",
+            "root": "/root"}
+# root's shell startup files on a host: its own, not the controller's. sshd runs every command
+# through `bash -c`, which reads ~/.bashrc; a controller's (a pyenv or cargo setup, say) would
+# change the host's PATH and cost every command, Ansible's module runs included, its start-up.
+DOTFILES = {
+    ".bashrc": "# ~/.bashrc of a gpuops test bed host (its own; not the controller's).\n",
+    ".profile": "# ~/.profile of a gpuops test bed host (its own; not the controller's).\n"
+                'if [ -n "$BASH_VERSION" ] && [ -f ~/.bashrc ]; then . ~/.bashrc; fi\n',
+}
 POWER_COMMANDS = ("shutdown", "reboot", "poweroff", "halt")
 
 # A host's PATH (sshd sessions and boot): the simulated driver's tools (nvidia-smi, nvidia-ctk,
@@ -77,6 +87,9 @@ def start(host_dir, hostname, do_boot):
         os.makedirs(work, exist_ok=True)
         run("mount", "-t", "overlay", "overlay", "-o",
             "lowerdir=%s,upperdir=%s,workdir=%s" % (target, upper, work), target)
+    for name, content in DOTFILES.items():  # into the host's copy of /root
+        with open(os.path.join("/root", name), "w", encoding="utf-8") as handle:
+            handle.write(content)
     # A fresh /run per host, as after a boot; sshd needs /run/sshd.
     run("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", "/run")
     os.makedirs(HOST_DIR)

@@ -77,6 +77,19 @@ def load_vars(files, inline):
     return merged
 
 
+def run_logged(cmd, env, log=None, append=False):
+    """Run cmd from the repository root, timed; write the command line and its output to log.
+
+    Returns (the CompletedProcess, wall seconds). Every launch of ansible goes through here."""
+    started = time.monotonic()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO, check=False)
+    seconds = round(time.monotonic() - started, 1)
+    if log:
+        with open(log, "a" if append else "w", encoding="utf-8") as handle:
+            handle.write("$ %s\n%s\n--- stderr\n%s\n" % (" ".join(cmd), proc.stdout, proc.stderr))
+    return proc, seconds
+
+
 # ----- ansible-playbook -------------------------------------------------------------------------
 
 def run_playbook(extra_vars, limit=None, log=None):
@@ -85,12 +98,7 @@ def run_playbook(extra_vars, limit=None, log=None):
     cmd = [os.path.join(BIN, "ansible-playbook"), "-i", INVENTORY, SITE, "-e", json.dumps(extra_vars)]
     if limit:
         cmd += ["--limit", limit]
-    started = time.monotonic()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO, check=False)
-    seconds = round(time.monotonic() - started, 1)
-    if log:
-        with open(log, "w", encoding="utf-8") as handle:
-            handle.write("$ %s\n%s\n--- stderr\n%s" % (" ".join(cmd), proc.stdout, proc.stderr))
+    proc, seconds = run_logged(cmd, env, log)
     try:
         report = json.loads(proc.stdout[proc.stdout.index("{"):])
     except ValueError:
@@ -150,12 +158,7 @@ def run_runner(extra_vars, private_data_dir, limit=None, log=None):
            "--ident", "job"]
     if limit:
         cmd += ["--limit", limit]
-    started = time.monotonic()
-    proc = subprocess.run(cmd, env=ansible_env(), capture_output=True, text=True, cwd=REPO, check=False)
-    seconds = round(time.monotonic() - started, 1)
-    if log:
-        with open(log, "w", encoding="utf-8") as handle:
-            handle.write("$ %s\n%s\n--- stderr\n%s" % (" ".join(cmd), proc.stdout, proc.stderr))
+    proc, seconds = run_logged(cmd, ansible_env(), log)
     summary = summarize_job_events(os.path.join(private_data_dir, "artifacts", "job"))
     summary.update(seconds=seconds, runner_rc=proc.returncode)
     return summary
@@ -195,12 +198,7 @@ def summarize_job_events(artifacts):
 
 def ping_sweep(log=None):
     cmd = [os.path.join(BIN, "ansible"), "-i", INVENTORY, HOSTS, "-m", "ansible.builtin.ping"]
-    started = time.monotonic()
-    proc = subprocess.run(cmd, env=ansible_env(), capture_output=True, text=True, cwd=REPO, check=False)
-    seconds = round(time.monotonic() - started, 1)
-    if log:
-        with open(log, "a", encoding="utf-8") as handle:
-            handle.write("$ %s\n%s%s\n" % (" ".join(cmd), proc.stdout, proc.stderr))
+    proc, seconds = run_logged(cmd, ansible_env(), log, append=True)
     if proc.returncode != 0:
         raise SystemExit("rollout.py: ping sweep failed:\n%s%s" % (proc.stdout, proc.stderr))
     return seconds

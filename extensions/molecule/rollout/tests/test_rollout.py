@@ -3,11 +3,17 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """After fleet-a, its converged re-run and fleet-b around busy devices: the fleet, checked from outside."""
 
+import hashlib
 import json
+import os
 
-from bedview import RESTORE_UNIT, advertised, busy_devices, expected_devices, gpu_state, mig_devices
+from bedview import MOLECULE_DIR, RESTORE_UNIT, advertised, busy_devices, expected_devices, gpu_state, mig_devices
 
 MIG_HOSTS = ("a100-0", "h100-0", "h200-0", "a30-0", "a100-vm")
+MODULE_UTILS = os.path.join(MOLECULE_DIR, "..", "..", "plugins", "module_utils")
+ENGINE_DIR = "/usr/local/lib/gpuops-mig/ansible_collections/gpuops/mig/plugins/module_utils"
+# The role's engine files plus the simulator (mig_node_persist_engine_extra_files in the inventory).
+ENGINE = ("_geometry.py", "_layout.py", "_migparted.py", "_nvml.py", "_nvml_sim.py", "_nvml_sim_models.py")
 
 
 def test_gpus_have_the_second_layout(name):
@@ -45,6 +51,15 @@ def test_boot_time_restore_is_installed(host, name):
     assert "ExecStart=" in unit.content_string and "gpuops-mig-restore" in unit.content_string
     script = host.file("/usr/local/sbin/gpuops-mig-restore")
     assert script.is_file and script.user == "root" and script.mode == 0o755
+    # The engine, unpacked from one archive: exactly the collection's files, root's, mode 0644
+    # (and the bytecode cache of a host whose restore ran at boot).
+    assert sorted(set(host.file(ENGINE_DIR).listdir()) - {"__pycache__"}) == list(ENGINE)
+    for engine_file in ENGINE:
+        installed = host.file(ENGINE_DIR + "/" + engine_file)
+        assert installed.is_file and installed.user == "root" and installed.group == "root", engine_file
+        assert installed.mode == 0o644, (engine_file, oct(installed.mode))
+        with open(os.path.join(MODULE_UTILS, engine_file), "rb") as handle:
+            assert installed.sha256sum == hashlib.sha256(handle.read()).hexdigest(), engine_file
     desired = json.loads(host.file("/etc/gpuops-mig/desired.json").content_string)
     assert desired["config_name"] == "fleet-b"
     assert host.check_output("systemctl is-enabled %s", RESTORE_UNIT) == "enabled"
