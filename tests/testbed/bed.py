@@ -32,7 +32,7 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.realpath(__file__)),
 sys.path.insert(0, REPO)
 
 from tests.support.kubeapi import seed  # noqa: E402  (needs REPO on sys.path)
-from tests.testbed.guest import HOST_PATH  # noqa: E402
+from tests.testbed.guest import HOST_PATH, kill_until_gone  # noqa: E402
 
 BED = "/tmp/gpuops-testbed"  # also written literally in the inventory
 INVENTORY = os.path.join(REPO, "extensions", "molecule", "inventory", "hosts.yml")
@@ -196,17 +196,9 @@ def host_pids(name):
 
 def stop_host(name):
     """Power off: kill every process of the host (its namespaces die with them)."""
-    for _round in range(50):
-        pids = host_pids(name)
-        if not pids:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.05)
-    raise SystemExit("bed: processes of %s do not die: %s" % (name, host_pids(name)))
+    left = kill_until_gone(lambda: host_pids(name), rounds=50)
+    if left:
+        raise SystemExit("bed: processes of %s do not die: %s" % (name, left))
 
 
 def sshd_listening(name):

@@ -185,28 +185,38 @@ def power(command, args):
     return 0
 
 
-def kill_host_processes():
-    """SIGKILL every process in this host's network namespace but this one: the power goes off."""
-    me = os.getpid()
-    own_netns = os.readlink("/proc/self/ns/net")
-    for _round in range(20):
-        victims = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) == me:
-                continue
-            try:
-                if os.readlink("/proc/%s/ns/net" % entry) == own_netns:
-                    victims.append(int(entry))
-            except OSError:
-                continue
-        if not victims:
-            return
-        for pid in victims:
+def kill_until_gone(find_pids, rounds):
+    """SIGKILL what find_pids() lists until it lists nothing; returns what is left after `rounds`."""
+    for dummy in range(rounds):
+        pids = find_pids()
+        if not pids:
+            return []
+        for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
         time.sleep(0.05)
+    return find_pids()
+
+
+def kill_host_processes():
+    """SIGKILL every process in this host's network namespace but this one: the power goes off."""
+    me = os.getpid()
+    own_netns = os.readlink("/proc/self/ns/net")
+
+    def others():
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == me:
+                continue
+            try:
+                if os.readlink("/proc/%s/ns/net" % entry) == own_netns:
+                    found.append(int(entry))
+            except OSError:
+                continue
+        return found
+    kill_until_gone(others, rounds=20)
 
 
 def main(argv=None):
