@@ -8,7 +8,7 @@ For A100-40GB and H100-80GB it runs every ordered pair of mig-parted's named
 single-profile configs plus all-balanced (mig-facts.md section 2.2), and a set
 of seeded random transitions, and compares three ways of applying them:
 
-* ours: plan_gpu() from plugins/module_utils/_layout.py;
+* ours: plan_gpu() from plugins/module_utils/_gpu_layout.py;
 * minimum: the exhaustive search in the test helpers (the best possible);
 * tear-down: mig-parted's way: a GPU whose devices already match is skipped,
   any other GPU is emptied and rebuilt.
@@ -33,7 +33,7 @@ import time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(ROOT, ".build", "collections"))
 
-from ansible_collections.gpuops.mig.plugins.module_utils._layout import (  # noqa: E402
+from ansible_collections.gpuops.mig.plugins.module_utils._gpu_layout import (  # noqa: E402
     ComputeInstance,
     GpuInstance,
     LayoutError,

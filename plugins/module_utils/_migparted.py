@@ -9,7 +9,7 @@ from __future__ import annotations
 # No NVML and no Ansible here. PyYAML is needed only to read YAML text; an
 # already-parsed mapping (e.g. inline in a playbook) works without it.
 # Profile names are checked for form here and resolved per GPU model later
-# by the planner (_layout), so one config can serve several GPU models.
+# by the planner (_gpu_layout), so one config can serve several GPU models.
 #
 # The schema follows mig-parted v0.15.0 (api/spec/v1): see docs/planner.md.
 
@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ansible_collections.gpuops.mig.plugins.module_utils._layout import LayoutError
+from ansible_collections.gpuops.mig.plugins.module_utils._gpu_layout import LayoutError
 
 try:
     import yaml

@@ -108,13 +108,13 @@ failed_part_way:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.mig.plugins.module_utils import _geometry as geometry
+from ansible_collections.gpuops.mig.plugins.module_utils import _host_layout as geometry
 from ansible_collections.gpuops.mig.plugins.module_utils._common import (
     CONFIG_SOURCE_ARG_SPEC,
     CONFIG_SOURCE_EXCLUSIVE,
     nvml_session,
 )
-from ansible_collections.gpuops.mig.plugins.module_utils._layout import LayoutError
+from ansible_collections.gpuops.mig.plugins.module_utils._gpu_layout import LayoutError
 
 
 def main():

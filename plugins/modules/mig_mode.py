@@ -131,7 +131,7 @@ gpus:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.mig.plugins.module_utils import _geometry as geometry
+from ansible_collections.gpuops.mig.plugins.module_utils import _host_layout as geometry
 from ansible_collections.gpuops.mig.plugins.module_utils._common import (
     CONFIG_SOURCE_ARG_SPEC,
     CONFIG_SOURCE_EXCLUSIVE,
@@ -142,7 +142,7 @@ from ansible_collections.gpuops.mig.plugins.module_utils._common import (
     nvml_session,
     select_gpus,
 )
-from ansible_collections.gpuops.mig.plugins.module_utils._layout import LayoutError
+from ansible_collections.gpuops.mig.plugins.module_utils._gpu_layout import LayoutError
 from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
     RESET_HINTS,
     RESET_REQUIRED,

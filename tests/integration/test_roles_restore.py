@@ -16,7 +16,7 @@ from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim as sim
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 RESTORE = os.path.join(REPO, "tools", "gpuops-mig-restore")
 SIM_BIN = os.path.join(REPO, "tools", "sim-bin")
-ENGINE = ["_nvml.py", "_geometry.py", "_layout.py", "_migparted.py", "_nvml_sim.py", "_nvml_sim_models.py"]
+ENGINE = ["_nvml.py", "_host_layout.py", "_gpu_layout.py", "_migparted.py", "_nvml_sim.py", "_nvml_sim_models.py"]
 
 
 @pytest.fixture

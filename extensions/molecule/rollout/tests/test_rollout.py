@@ -13,7 +13,7 @@ MIG_HOSTS = ("a100-0", "h100-0", "h200-0", "a30-0", "a100-vm")
 MODULE_UTILS = os.path.join(MOLECULE_DIR, "..", "..", "plugins", "module_utils")
 ENGINE_DIR = "/usr/local/lib/gpuops-mig/ansible_collections/gpuops/mig/plugins/module_utils"
 # The role's engine files plus the simulator (mig_node_persist_engine_extra_files in the inventory).
-ENGINE = ("_geometry.py", "_layout.py", "_migparted.py", "_nvml.py", "_nvml_sim.py", "_nvml_sim_models.py")
+ENGINE = ("_gpu_layout.py", "_host_layout.py", "_migparted.py", "_nvml.py", "_nvml_sim.py", "_nvml_sim_models.py")
 
 
 def test_gpus_have_the_second_layout(name):

@@ -21,8 +21,8 @@ import itertools
 
 from hypothesis import strategies as st
 
-from ansible_collections.gpuops.mig.plugins.module_utils._geometry import derived_ci_profiles
-from ansible_collections.gpuops.mig.plugins.module_utils._layout import (
+from ansible_collections.gpuops.mig.plugins.module_utils._host_layout import derived_ci_profiles
+from ansible_collections.gpuops.mig.plugins.module_utils._gpu_layout import (
     ComputeInstance,
     GiProfile,
     GpuGeometry,

@@ -12,7 +12,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.gpuops.mig.plugins.module_utils._layout import LayoutError, plan_gpu
+from ansible_collections.gpuops.mig.plugins.module_utils._gpu_layout import LayoutError, plan_gpu
 from ansible_collections.gpuops.mig.plugins.module_utils._migparted import (
     ConfigError,
     HostGpu,

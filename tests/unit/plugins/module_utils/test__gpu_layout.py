@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.gpuops.mig.plugins.module_utils._layout import (
+from ansible_collections.gpuops.mig.plugins.module_utils._gpu_layout import (
     CiProfile,
     ComputeInstance,
     GiProfile,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.gpuops.mig.plugins.module_utils import _geometry as geometry
+from ansible_collections.gpuops.mig.plugins.module_utils import _host_layout as geometry
 from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim as sim
 from ansible_collections.gpuops.mig.plugins.module_utils._nvml import Nvml
 

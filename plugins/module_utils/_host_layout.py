@@ -2,7 +2,7 @@
 # Copyright: Contributors to the gpuops.mig collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""MIG geometry on a host: read it from NVML, plan it with _layout, apply the plan.
+"""MIG geometry on a host: read it from NVML, plan it with _gpu_layout, apply the plan.
 
 Private to the collection and free of Ansible imports: the mig_config module
 and the boot-time restore (tools/gpuops-mig-restore) both run it. The order is
@@ -12,7 +12,7 @@ and only then change anything, so bad input changes nothing.
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.mig.plugins.module_utils import _layout as layout
+from ansible_collections.gpuops.mig.plugins.module_utils import _gpu_layout as layout
 from ansible_collections.gpuops.mig.plugins.module_utils import _migparted as migparted
 from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
     NvmlError,
