@@ -34,7 +34,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 COLLECTIONS = os.path.join(ROOT, ".build", "collections")
 sys.path.insert(0, COLLECTIONS)
 
-from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim as sim  # noqa: E402
+import gpuops_mig_sim as sim  # noqa: E402
 
 DOC = os.path.join(ROOT, "docs", "planner.md")
 BEGIN, END = "<!-- bench-module:begin -->", "<!-- bench-module:end -->"

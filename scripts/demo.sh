@@ -30,7 +30,7 @@ python - "$demo" <<'PY'
 import sys
 import yaml
 sys.path.insert(0, ".build/collections")
-from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim as sim
+import gpuops_mig_sim as sim
 from tests.support.kubeapi import seed
 
 demo = sys.argv[1]

@@ -64,5 +64,10 @@ fi
 # This checkout is the collection gpuops.mig.
 ln -sfn "$root" "$colls/ansible_collections/gpuops/mig"
 
+# The GPU simulator (simulator/gpuops_mig_sim) on the venv's path: the simulated hosts of the
+# demo and the tests run their modules with this python (docs/simulator.md).
+site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$root/simulator" > "$site/gpuops_mig_sim.pth"
+
 echo "$want" > "$stamp"
 echo "setup: done" >&2

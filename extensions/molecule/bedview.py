@@ -30,7 +30,7 @@ def inventory_hosts():
 
 def mig_devices(gpu):
     """A GPU's MIG devices as a sorted list of GPU-instance profile names, e.g. ['1g.10gb', '3g.40gb']."""
-    from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim_models as models
+    from gpuops_mig_sim import models
     model = models.get_model(gpu["model"])
     return sorted(models.gi_profile_by_id(model, gi["profile_id"]).name for gi in gpu["gpu_instances"])
 
@@ -58,7 +58,7 @@ class Cluster:
 def expected_devices(config_name, model_key):
     """The MIG devices config `config_name` of shared/fleet-layouts.yml gives a GPU of this model
     (sorted profile names), or None when no entry selects the model."""
-    from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim_models as models
+    from gpuops_mig_sim import models
     with open(os.path.join(MOLECULE_DIR, "shared", "fleet-layouts.yml"), encoding="utf-8") as handle:
         entries = yaml.safe_load(handle)["mig-configs"][config_name]
     pci_id = "0x%08X" % models.get_model(model_key).pci_device_id

@@ -2,130 +2,42 @@
 # Copyright: Contributors to the gpuops.mig collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""What the gpuops.mig modules share on the Ansible side: GPU selection and the NVML session.
+"""What the gpuops.mig modules share on the Ansible side: option specs, the NVML session,
+and the one place an engine error becomes the module's failure.
 
-Private to the collection. The argument spec here is paired with the doc
-fragment ``gpuops.mig._gpu_selection``; change both together.
+Private to the collection. Each argument spec here is paired with a doc fragment
+(named beside it); change both together.
 """
 
 from __future__ import annotations
 
-import re
+import traceback
 from contextlib import contextmanager
 
 from ansible.module_utils.basic import missing_required_lib
 
-from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
-    PYNVML_IMPORT_ERROR,
+from ansible_collections.gpuops.mig.plugins.module_utils._errors import (
+    ApplyError,
     DriverNotFound,
+    GpuopsError,
     MissingLibrary,
-    Nvml,
     NvmlError,
 )
+from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
+    DRIVER_ROOT_AUTO,
+    PYNVML_IMPORT_ERROR,
+    Nvml,
+)
 
+# Paired with the doc fragment gpuops.mig._gpu_selection.
 GPU_SELECTION_ARG_SPEC = dict(
     gpus=dict(type="list", elements="str", default=["all"]),
 )
 
-_INDEX = re.compile(r"^\d+$")
-_DEVICE_ID = re.compile(r"^0x[0-9a-fA-F]{8}$")
-_UUID = re.compile(r"^GPU-\S+$", re.IGNORECASE)
-_BUS_ID = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
-
-
-class SelectionError(ValueError):
-    pass
-
-
-def normalize_bus_id(text):
-    """'07:00.0', '0000:07:00.0' and '00000000:07:00.0' all name the same GPU."""
-    m = _BUS_ID.match(text.strip())
-    if not m:
-        return None
-    domain = int(m.group(1) or "0", 16)
-    return "%08X:%s:%s.%s" % (domain, m.group(2).upper(), m.group(3).upper(), m.group(4))
-
-
-def select_gpus(gpus, selectors):
-    """Pick GPUs by selector; ``gpus`` are dicts with index, uuid, pci_device_id, pci_bus_id.
-
-    A selector is ``all``, an index, a GPU UUID, a PCI device ID (0xDDDDVVVV, every
-    GPU of that model) or a PCI bus ID. Returns the matching GPUs in index order.
-    Raises SelectionError naming the selector that matched nothing or is malformed.
-    """
-    chosen = {}
-    for raw in selectors:
-        for g in _match(gpus, str(raw).strip())[1]:
-            chosen[g["index"]] = g
-    return [chosen[i] for i in sorted(chosen)]
-
-
-def explicitly_selected(gpus, selectors):
-    """Indexes of GPUs named one by one (index, UUID or bus ID), not through all or a model ID."""
-    named = set()
-    for raw in selectors:
-        kind, matched = _match(gpus, str(raw).strip())
-        if kind in ("index", "uuid", "bus"):
-            named.update(g["index"] for g in matched)
-    return named
-
-
-def _match(gpus, sel):
-    """(kind, matching GPUs) for one selector; SelectionError if malformed or unmatched."""
-    if sel.lower() == "all":
-        return "all", list(gpus)
-    if _INDEX.match(sel):
-        matched = [g for g in gpus if g["index"] == int(sel)]
-        if not matched:
-            raise SelectionError("GPU index %s does not exist on this host (it has %s)" % (sel, _describe_indexes(gpus)))
-        return "index", matched
-    if _UUID.match(sel):
-        matched = [g for g in gpus if g["uuid"].lower() == sel.lower()]
-        if not matched:
-            raise SelectionError("no GPU with UUID %s on this host" % sel)
-        return "uuid", matched
-    if _DEVICE_ID.match(sel):
-        matched = [g for g in gpus if g["pci_device_id"].lower() == sel.lower()]
-        if not matched:
-            raise SelectionError("no GPU with PCI device ID %s on this host" % sel)
-        return "model", matched
-    bus = normalize_bus_id(sel)
-    if bus:
-        matched = [g for g in gpus if normalize_bus_id(g["pci_bus_id"]) == bus]
-        if not matched:
-            raise SelectionError("no GPU at PCI bus ID %s on this host" % sel)
-        return "bus", matched
-    raise SelectionError(
-        "%r is not a GPU selector: use all, an index (0), a GPU UUID (GPU-...), "
-        "a PCI device ID (0x20B010DE) or a PCI bus ID (0000:07:00.0)" % sel)
-
-
-def _describe_indexes(gpus):
-    if not gpus:
-        return "no GPUs"
-    return "GPU indexes %s" % ", ".join(str(g["index"]) for g in gpus)
-
-
-@contextmanager
-def nvml_session(module):
-    """An NVML session whose failures end the module with a clear message, never a traceback."""
-    try:
-        with Nvml() as nvml:
-            yield nvml
-    except MissingLibrary:
-        module.fail_json(msg=missing_required_lib("nvidia-ml-py"), exception=PYNVML_IMPORT_ERROR)
-    except DriverNotFound as e:
-        module.fail_json(msg="No usable NVIDIA driver on this host: %s" % e, nvml_error_code=e.code)
-    except NvmlError as e:
-        module.fail_json(msg=str(e), nvml_error_code=e.code)
-
-
-def module_run_command(module):
-    """Adapter from AnsibleModule.run_command to the ``run(argv) -> (rc, out, err)`` the engine uses."""
-    def run(argv):
-        return module.run_command(argv)
-    return run
-
+# Paired with the doc fragment gpuops.mig._driver.
+DRIVER_ARG_SPEC = dict(
+    driver_root=dict(type="str", default=DRIVER_ROOT_AUTO),
+)
 
 # Paired with the doc fragment gpuops.mig._config_source.
 CONFIG_SOURCE_ARG_SPEC = dict(
@@ -136,3 +48,43 @@ CONFIG_SOURCE_ARG_SPEC = dict(
     allow_unmatched=dict(type="bool", default=False),
 )
 CONFIG_SOURCE_EXCLUSIVE = [("config", "config_file", "layouts")]
+
+
+def fail_from(module, error, **result):
+    """End the module with an engine error: its message, the traceback as ``exception``,
+    the NVML error by its pynvml name, and after a part-way failure what was done."""
+    if isinstance(error, MissingLibrary):
+        module.fail_json(msg=missing_required_lib("nvidia-ml-py"), exception=PYNVML_IMPORT_ERROR, **result)
+    message = str(error)
+    if isinstance(error, DriverNotFound):
+        message = "No usable NVIDIA driver on this host: %s" % message
+    nvml = error if isinstance(error, NvmlError) else error.__cause__
+    if isinstance(nvml, NvmlError):
+        result.update(nvml_error=nvml.name, nvml_error_code=nvml.code)
+    if error.report is not None:
+        result["failed_part_way"] = error.report
+    if isinstance(error, ApplyError):
+        result["changed"] = True
+    result.update(error.details)
+    module.fail_json(msg=message, exception="".join(traceback.format_exception(type(error), error,
+                                                                                 error.__traceback__)), **result)
+
+
+@contextmanager
+def nvml_session(module, **result):
+    """An NVML session (driver found per the driver_root option, if the module has it) in
+    which any engine error ends the module through fail_from, never as a bare traceback.
+    ``result`` is returned with such a failure too."""
+    try:
+        with Nvml(driver_root=module.params.get("driver_root")) as nvml:
+            yield nvml
+    except GpuopsError as e:
+        fail_from(module, e, **result)
+
+
+def module_run_command(module):
+    """Adapter from AnsibleModule.run_command to the ``run(argv, env) -> (rc, out, err)`` the engine
+    uses; a program that cannot run raises OSError to the engine instead of ending the module."""
+    def run(argv, env=None):
+        return module.run_command(argv, environ_update=env, handle_exceptions=False)
+    return run

@@ -20,6 +20,8 @@ from collections import namedtuple
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ansible_collections.gpuops.mig.plugins.module_utils._errors import LayoutError
+
 __all__ = [
     "LayoutError",
     "CiProfile",
@@ -41,10 +43,6 @@ __all__ = [
     "plan_as_dict",
     "largest_free_range",
 ]
-
-
-class LayoutError(Exception):
-    """A target, layout or plan that cannot be used. The message is for a person."""
 
 
 # --------------------------------------------------------------------------

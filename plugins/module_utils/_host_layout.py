@@ -14,26 +14,16 @@ from __future__ import annotations
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _gpu_layout as layout
 from ansible_collections.gpuops.mig.plugins.module_utils import _migparted as migparted
-from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
+from ansible_collections.gpuops.mig.plugins.module_utils._errors import (
+    ApplyError,
+    ConfigError,
     NvmlError,
-    mig_device_name,
-    terminate_processes,
+    RefusedError,
 )
+from ansible_collections.gpuops.mig.plugins.module_utils._nvml import mig_device_name, terminate_processes
 
 # Compute-instance profile constants by SM-slice count (NVML_COMPUTE_INSTANCE_PROFILE_*).
 _CI_CONSTANT = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
-
-
-class GeometryError(Exception):
-    """Bad input or an unsafe change, found before anything was changed."""
-
-
-class ApplyError(Exception):
-    """A failure part-way; ``report`` says what was done and what was not."""
-
-    def __init__(self, message, report):
-        super(ApplyError, self).__init__(message)
-        self.report = report
 
 
 # -- input -------------------------------------------------------------------
@@ -47,7 +37,7 @@ def load_entries(config=None, config_file=None, config_name=None, layouts=None):
             with open(config_file) as f:
                 text = f.read()
         except (IOError, OSError) as e:
-            raise migparted.ConfigError("cannot read the mig-parted config %s: %s" % (config_file, e))
+            raise ConfigError("cannot read the mig-parted config %s: %s" % (config_file, e))
         parsed = migparted.load_config(text, origin=config_file)
     else:
         parsed = migparted.load_config(config, origin="mig-parted config")
@@ -70,9 +60,9 @@ def resolve(nvml, entries, allow_unmatched=False):
         # almost certainly a mistake.
         for entry in resolution.unmatched:
             if not entry.device_filter:
-                raise migparted.ConfigError("%s selects no MIG-capable GPU on this host" % entry.label)
+                raise ConfigError("%s selects no MIG-capable GPU on this host" % entry.label)
         if entries and not resolution.targets and not resolution.skipped:
-            raise migparted.ConfigError("no entry of the config selects a GPU on this host (GPUs: %s)"
+            raise ConfigError("no entry of the config selects a GPU on this host (GPUs: %s)"
                                         % ", ".join(g["label"] for g in gpus.values()) or "none")
     return resolution, gpus
 
@@ -102,7 +92,7 @@ def read_geometry(nvml, index):
     """The GPU model's geometry as the planner needs it, from NVML's profile list."""
     profiles = nvml.gi_profiles(index)
     if not profiles:
-        raise GeometryError("%s lists no MIG profiles (an older driver lists them only while MIG is "
+        raise RefusedError("%s lists no MIG profiles (an older driver lists them only while MIG is "
                             "enabled)" % nvml.gpu(index)["label"])
     gi_profiles = []
     for p in profiles:
@@ -150,7 +140,7 @@ class GpuWork(object):
 
 
 def plan_host(nvml, resolution, gpus, force=False, check_mode=False):
-    """Read and plan every targeted GPU; raise GeometryError before any change."""
+    """Read and plan every targeted GPU; raise RefusedError before any change."""
     work = []
     problems = []
     for target in resolution.targets:
@@ -173,14 +163,14 @@ def plan_host(nvml, resolution, gpus, force=False, check_mode=False):
             item.geometry = read_geometry(nvml, item.index)
             item.before = read_layout(nvml, item.index) if enabled_now else ()
             item.plan = layout.plan_gpu(item.geometry, item.before, target.mig_devices, force=force)
-        except GeometryError as e:
+        except RefusedError as e:
             if item.mode_mismatch is None:
                 problems.append("%s: %s: %s" % (item.label, target.entry.label, e))
             # else: check mode before the mode change on an older driver; the mode change is the news.
         except layout.LayoutError as e:
             problems.append("%s: %s: %s" % (item.label, target.entry.label, e))
     if problems:
-        raise GeometryError("Nothing was changed. " + " | ".join(problems))
+        raise RefusedError("Nothing was changed. " + " | ".join(problems))
     return work
 
 
@@ -200,7 +190,8 @@ def apply_host(nvml, work, force_timeout=10.0):
             _apply_gpu(nvml, item, force_timeout)
         except NvmlError as e:
             # The adapter's message already names the GPU.
-            raise ApplyError(str(e), report(work, failed=item, error=str(e)))
+            raise ApplyError("MIG geometry failed part-way: %s. The next run continues from here." % e,
+                             report(work, failed=item, error=str(e))) from e
 
 
 def _apply_gpu(nvml, item, force_timeout):

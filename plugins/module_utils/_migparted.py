@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ansible_collections.gpuops.mig.plugins.module_utils._gpu_layout import LayoutError
+from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError
 
 try:
     import yaml
@@ -46,10 +46,6 @@ _PROFILE_NAME = re.compile(
     r"^(?:(?P<c>[1-9][0-9]*)c\.)?(?P<g>[1-9][0-9]*)g\.[1-9][0-9]*gb"
     r"(?:(?:\+[a-z]+(?:\.[a-z]+)*)+|-[a-z]+(?:\.[a-z]+)*)?$")
 _PCI_ID = re.compile(r"^0[xX][0-9a-fA-F]{8}$")
-
-
-class ConfigError(LayoutError):
-    """A config or layout list that cannot be used; the message names where."""
 
 
 @dataclass(frozen=True)

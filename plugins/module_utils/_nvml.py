@@ -6,15 +6,21 @@
 
 Private to the collection. Everything here is plain Python without Ansible
 imports, so the boot-time restore can run it without Ansible. NVML failures
-leave this file as :class:`NvmlError` whose text a person understands.
+leave this file as NvmlError whose text a person understands.
 
-When the environment variable GPUOPS_MIG_SIMULATE names a state file, a
-simulated libnvidia-ml is installed beneath pynvml; pynvml's own code still
-runs. Without the variable nothing of the simulator is imported.
+The driver is found where the host has it: libnvidia-ml.so.1 on the host's
+library path, or under a driver root such as the GPU Operator's driver
+container mounts at /run/nvidia/driver (see find_driver).
+
+When the environment variable GPUOPS_MIG_SIMULATE names a state file, the GPU
+simulator (package gpuops_mig_sim, docs/simulator.md) stands in for the
+library file beneath pynvml; pynvml's own code still runs. Without the variable
+nothing of the simulator is imported, and no module payload carries it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import traceback
@@ -28,7 +34,14 @@ except ImportError:  # pragma: no cover - depends on the target host
     HAS_PYNVML = False
     PYNVML_IMPORT_ERROR = traceback.format_exc()
 
+from ansible_collections.gpuops.mig.plugins.module_utils._errors import (
+    DriverNotFound,
+    MissingLibrary,
+    NvmlError,
+)
+
 SIMULATE_ENV = "GPUOPS_MIG_SIMULATE"
+SIMULATOR_PACKAGE = "gpuops_mig_sim"
 
 ARCHITECTURES = {
     2: "kepler", 3: "maxwell", 4: "pascal", 5: "volta", 6: "turing",
@@ -45,47 +58,69 @@ _GI_PROFILE_COUNT = 0x12
 _CI_PROFILE_COUNT = 0x9
 _ENGINE_SHARED = 0
 
+# NVML return codes by their pynvml names, phrased for a person.
 _REASONS = {
-    1: "NVML is not initialised",
-    2: "invalid argument",
-    3: "not supported",
-    4: ("permission denied: managing MIG needs root, or read access to the mig/config "
-        "capability (/proc/driver/nvidia/capabilities/mig/config)"),
-    6: "not found",
-    9: "the NVIDIA kernel driver is not loaded",
-    12: "the NVML library (libnvidia-ml.so.1) was not found: is the NVIDIA driver installed?",
-    13: "the installed driver does not provide this NVML function (driver too old?)",
-    15: "the GPU has fallen off the bus or is otherwise inaccessible",
-    16: "a GPU reset or a reboot is required",
-    18: "the NVML library and the kernel driver versions do not match (reload the driver or reboot)",
-    19: "in use by another client (processes, or services such as nvidia-persistenced, DCGM or nvsm)",
-    23: "insufficient resources (the placement is occupied or the profile's capacity is used up)",
-    29: "invalid state",
-    999: "unknown error reported by the driver",
+    "NVML_ERROR_UNINITIALIZED": "NVML is not initialised",
+    "NVML_ERROR_INVALID_ARGUMENT": "invalid argument",
+    "NVML_ERROR_NOT_SUPPORTED": "not supported",
+    "NVML_ERROR_NO_PERMISSION": ("permission denied: managing MIG needs root, or read access to the mig/config "
+                                 "capability (/proc/driver/nvidia/capabilities/mig/config)"),
+    "NVML_ERROR_NOT_FOUND": "not found",
+    "NVML_ERROR_DRIVER_NOT_LOADED": "the NVIDIA kernel driver is not loaded",
+    "NVML_ERROR_LIBRARY_NOT_FOUND": "the NVML library (libnvidia-ml.so.1) was not found: is the NVIDIA driver installed?",
+    "NVML_ERROR_FUNCTION_NOT_FOUND": "the installed driver does not provide this NVML function (driver too old?)",
+    "NVML_ERROR_GPU_IS_LOST": "the GPU has fallen off the bus or is otherwise inaccessible",
+    "NVML_ERROR_RESET_REQUIRED": "a GPU reset or a reboot is required",
+    "NVML_ERROR_LIB_RM_VERSION_MISMATCH": ("the NVML library and the kernel driver versions do not match "
+                                           "(reload the driver or reboot)"),
+    "NVML_ERROR_IN_USE": "in use by another client (processes, or services such as nvidia-persistenced, DCGM or nvsm)",
+    "NVML_ERROR_INSUFFICIENT_RESOURCES": "insufficient resources (the placement is occupied or the profile's capacity "
+                                         "is used up)",
+    "NVML_ERROR_INVALID_STATE": "invalid state",
+    "NVML_ERROR_UNKNOWN": "unknown error reported by the driver",
 }
+# Failures of nvmlInit that mean "no usable driver here".
+_NO_DRIVER = ("NVML_ERROR_DRIVER_NOT_LOADED", "NVML_ERROR_LIBRARY_NOT_FOUND", "NVML_ERROR_LIB_RM_VERSION_MISMATCH")
 
-RESET_REQUIRED = 16
-IN_USE = 19
+# Where the GPU Operator's driver container mounts its root on the host (chart value
+# hostPaths.driverInstallDir), and the file its validator writes once the driver works.
+OPERATOR_DRIVER_ROOT = "/run/nvidia/driver"
+OPERATOR_DRIVER_READY = "/run/nvidia/validations/driver-ready"
+SONAME = "libnvidia-ml.so.1"
+# Where, inside a driver root, the operator and mig-manager look for NVML and nvidia-smi, in order.
+LIBRARY_DIRS = ("", "usr/lib64", "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu",
+                "lib64", "lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu")
+NVIDIA_SMI_DIRS = ("", "usr/bin", "usr/sbin", "bin", "sbin")
+# driver_root values that mean "find it" and "the host's own driver".
+DRIVER_ROOT_AUTO = "auto"
+DRIVER_ROOT_HOST = "/"
 
 
-class NvmlError(Exception):
-    """An NVML failure, phrased for a person. ``code`` is the NVML return code, if any."""
-
-    def __init__(self, message, code=None):
-        super(NvmlError, self).__init__(message)
-        self.code = code
-
-
-class MissingLibrary(NvmlError):
-    """nvidia-ml-py (import pynvml) is not installed on the host."""
-
-
-class DriverNotFound(NvmlError):
-    """No usable NVIDIA driver on the host (library missing or driver not loaded)."""
+def error_name(code):
+    """pynvml's name for an NVML return code (NVML_ERROR_IN_USE), or None when it has none."""
+    if code is None or not HAS_PYNVML:
+        return None
+    for name in dir(pynvml):
+        if name.startswith("NVML_ERROR_") and getattr(pynvml, name) == code:
+            return name
+    return None
 
 
 def nvml_reason(code):
-    return _REASONS.get(code, "NVML error %s" % code)
+    name = error_name(code)
+    return _REASONS.get(name, "NVML error %s" % (name or code))
+
+
+def nvml_failure(what, exc):
+    """NvmlError for a pynvml.NVMLError raised while doing `what`."""
+    code = getattr(exc, "value", None)
+    return NvmlError("%s: %s" % (what, nvml_reason(code)), code, error_name(code))
+
+
+def is_error(exc, *names):
+    """Whether a pynvml.NVMLError (or NvmlError) carries one of the given pynvml error names."""
+    code = getattr(exc, "value", getattr(exc, "code", None))
+    return error_name(code) in names
 
 
 def mode_name(value):
@@ -131,15 +166,137 @@ def _text(value):
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
+# -- where the driver is ---------------------------------------------------------
+
+class Driver(object):
+    """Where this host's NVIDIA driver is: on the host (``root`` None) or under a driver root."""
+
+    def __init__(self, root=None, library=SONAME, nvidia_smi=None):
+        self.root = root
+        self.library = library
+        self.nvidia_smi = nvidia_smi
+
+    def smi_command(self, configured="nvidia-smi"):
+        """(executable, environment) to run nvidia-smi for this driver.
+
+        Under a driver root the root's own nvidia-smi runs with LD_PRELOAD set to the
+        root's libnvidia-ml.so.1, as the GPU Operator's validator runs it. An
+        explicitly configured executable is used as given.
+        """
+        if self.root is None:
+            return configured, {}
+        executable = self.nvidia_smi if configured == "nvidia-smi" and self.nvidia_smi else configured
+        return executable, {"LD_PRELOAD": self.library}
+
+    def as_dict(self):
+        return {"root": self.root, "library": self.library, "nvidia_smi": self.nvidia_smi}
+
+
+def find_in_root(root, name, directories):
+    """The file `name` in the first of `directories` under `root` that has it, or None.
+
+    Links are followed inside the root: an absolute link target names a path of the
+    root's own file system, as seen from inside the driver container.
+    """
+    for directory in directories:
+        path = os.path.join(root, directory, name)
+        for _hop in range(16):
+            if not os.path.islink(path):
+                break
+            target = os.readlink(path)
+            path = os.path.join(root, target.lstrip("/")) if os.path.isabs(target) else \
+                os.path.join(os.path.dirname(path), target)
+        if os.path.isfile(path):
+            return os.path.normpath(path)
+    return None
+
+
+def driver_root_candidates(host_root=DRIVER_ROOT_HOST):
+    """Driver roots to try when the host has no library of its own, most specific first.
+
+    The operator validator's driver-ready file names the root it validated
+    (IS_HOST_DRIVER=false, NVIDIA_DRIVER_ROOT=...); the operator's default root comes next.
+    """
+    candidates = []
+    ready = _env_file(os.path.join(host_root, OPERATOR_DRIVER_READY.lstrip("/")))
+    if ready.get("IS_HOST_DRIVER", "").lower() == "false" and ready.get("NVIDIA_DRIVER_ROOT"):
+        candidates.append(ready["NVIDIA_DRIVER_ROOT"])
+    candidates.append(OPERATOR_DRIVER_ROOT)
+    seen = []
+    for root in candidates:
+        root = os.path.normpath(os.path.join(host_root, root.lstrip("/")))
+        if root not in seen:
+            seen.append(root)
+    return seen
+
+
+def _env_file(path):
+    values = {}
+    try:
+        with open(path) as handle:
+            for line in handle:
+                key, sep, value = line.strip().partition("=")
+                if sep and key and not key.startswith("#"):
+                    values[key.strip()] = value.strip().strip('"')
+    except (IOError, OSError):
+        pass
+    return values
+
+
+def find_driver(driver_root, open_library, host_root=DRIVER_ROOT_HOST):
+    """(Driver, library handle) for the driver_root setting; DriverNotFound naming what was tried.
+
+    ``open_library(path)`` loads a library as ctypes.CDLL does (OSError when it cannot).
+    driver_root: "auto" (or None) tries the host's library path, then the driver
+    roots of driver_root_candidates(); "/" means the host's own driver; any other
+    path is a driver root that must hold libnvidia-ml.so.1.
+    """
+    setting = driver_root or DRIVER_ROOT_AUTO
+    if setting in (DRIVER_ROOT_AUTO, DRIVER_ROOT_HOST):
+        try:
+            return Driver(), open_library(SONAME)
+        except OSError as exc:
+            host_error = exc
+        if setting == DRIVER_ROOT_HOST:
+            raise DriverNotFound("%s is not on the host's library path (%s): is the NVIDIA driver installed? "
+                                 "With the GPU Operator's driver container, set the driver root to where it "
+                                 "mounts it (%s)" % (SONAME, host_error, OPERATOR_DRIVER_ROOT), name="NVML_ERROR_LIBRARY_NOT_FOUND")
+        roots = driver_root_candidates(host_root)
+    else:
+        roots = [setting]
+    tried = []
+    for root in roots:
+        library = find_in_root(root, SONAME, LIBRARY_DIRS)
+        if library is None:
+            tried.append("%s (no %s in %s)" % (root, SONAME, ", ".join("/" + d for d in LIBRARY_DIRS)))
+            continue
+        try:
+            handle = open_library(library)
+        except OSError as exc:
+            raise DriverNotFound("cannot load %s of the driver root %s: %s" % (library, root, exc),
+                                 name="NVML_ERROR_LIBRARY_NOT_FOUND")
+        return Driver(root, library, find_in_root(root, "nvidia-smi", NVIDIA_SMI_DIRS)), handle
+    if setting == DRIVER_ROOT_AUTO:
+        raise DriverNotFound("%s is neither on the host's library path nor under a driver root (tried %s): is the "
+                             "NVIDIA driver installed, or the GPU Operator's driver container running? Set the "
+                             "driver root if it is mounted elsewhere" % (SONAME, "; ".join(tried)),
+                             name="NVML_ERROR_LIBRARY_NOT_FOUND")
+    raise DriverNotFound("the driver root %s holds no NVIDIA driver: %s" % (setting, tried[0].split(" (", 1)[1][:-1]),
+                         name="NVML_ERROR_LIBRARY_NOT_FOUND")
+
+
 class Nvml(object):
-    """A session with NVML: ``with Nvml() as nvml: ...``.
+    """A session with NVML: ``with Nvml(driver_root="auto") as nvml: ...``.
 
     GPUs are addressed by index; handles are looked up again after a MIG
-    mode change because the driver may hand out new ones.
+    mode change because the driver may hand out new ones. ``driver`` says where
+    the driver was found once the session is open.
     """
 
-    def __init__(self, simulate=None):
+    def __init__(self, simulate=None, driver_root=None):
         self.simulate = simulate if simulate is not None else os.environ.get(SIMULATE_ENV) or None
+        self.driver_root = driver_root
+        self.driver = None
         self._handles = {}
         self._described = {}
 
@@ -147,17 +304,39 @@ class Nvml(object):
     def __enter__(self):
         if not HAS_PYNVML:
             raise MissingLibrary("nvidia-ml-py (import pynvml) is not installed")
-        if self.simulate:
-            from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim
-            _nvml_sim.install(self.simulate)
+        self.driver, library = find_driver(self.driver_root, self._library_opener())
+        # What pynvml's own loader does with CDLL(soname), done here so the library may
+        # come from a driver root; pynvml then looks its symbols up on this handle.
+        pynvml.nvmlLib = library
+        getattr(pynvml, "_nvmlGetFunctionPointer_cache", {}).clear()
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as e:
             code = getattr(e, "value", None)
-            if code in (9, 12, 18):
-                raise DriverNotFound(nvml_reason(code), code)
-            raise NvmlError("NVML could not be initialised: %s" % nvml_reason(code), code)
+            where = "" if self.driver.root is None else " (driver root %s)" % self.driver.root
+            if error_name(code) in _NO_DRIVER:
+                raise DriverNotFound(nvml_reason(code) + where, code, error_name(code))
+            raise NvmlError("NVML could not be initialised%s: %s" % (where, nvml_reason(code)), code, error_name(code))
         return self
+
+    def _library_opener(self):
+        """ctypes.CDLL, or with GPUOPS_MIG_SIMULATE the simulator's stand-in for it."""
+        if not self.simulate:
+            return ctypes.CDLL
+        try:
+            simulator = __import__(SIMULATOR_PACKAGE)
+        except ImportError:
+            raise NvmlError("%s is set (%s), but the GPU simulator (package %s) is not importable by this Python: "
+                            "put the collection's simulator/ directory on the test host's Python path "
+                            "(docs/simulator.md), or unset %s" % (SIMULATE_ENV, self.simulate, SIMULATOR_PACKAGE,
+                                                                  SIMULATE_ENV))
+
+        def open_simulated(path):
+            try:
+                return simulator.open_library(self.simulate, path)
+            except simulator.SimulatorError as exc:
+                raise NvmlError("the simulated GPU host cannot be used: %s" % exc)
+        return open_simulated
 
     def __exit__(self, *exc):
         try:
@@ -170,8 +349,7 @@ class Nvml(object):
         try:
             return fn(*args)
         except pynvml.NVMLError as e:
-            code = getattr(e, "value", None)
-            raise NvmlError("%s: %s" % (what, nvml_reason(code)), code)
+            raise nvml_failure(what, e)
 
     # -- system --------------------------------------------------------------
     def driver_version(self):
@@ -228,10 +406,9 @@ class Nvml(object):
         try:
             current, pending = pynvml.nvmlDeviceGetMigMode(self.handle(index))
         except pynvml.NVMLError as e:
-            code = getattr(e, "value", None)
-            if code == 3:
+            if is_error(e, "NVML_ERROR_NOT_SUPPORTED"):
                 return None
-            raise NvmlError("%s: reading the MIG mode: %s" % (self.gpu(index)["label"], nvml_reason(code)), code)
+            raise nvml_failure("%s: reading the MIG mode" % self.gpu(index)["label"], e)
         return current, pending
 
     def set_mig_mode(self, index, enabled):
@@ -255,9 +432,9 @@ class Nvml(object):
             try:
                 info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(h, constant)
             except pynvml.NVMLError as e:
-                if getattr(e, "value", None) in (2, 3, 6):
+                if is_error(e, "NVML_ERROR_INVALID_ARGUMENT", "NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_NOT_FOUND"):
                     continue  # this profile does not exist on this GPU
-                raise NvmlError("%s: reading MIG profiles: %s" % (gpu["label"], nvml_reason(e.value)), e.value)
+                raise nvml_failure("%s: reading MIG profiles" % gpu["label"], e)
             placements = self._gi_placements(index, info.id)
             name = gi_profile_name(constant, info.sliceCount, info.memorySizeMB, gpu["memory_total_bytes"])
             nvml_name = _text(info.name).replace("MIG ", "", 1) if info.name else name
@@ -351,9 +528,9 @@ class Nvml(object):
             try:
                 mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, i)
             except pynvml.NVMLError as e:
-                if getattr(e, "value", None) in (2, 6):
+                if is_error(e, "NVML_ERROR_INVALID_ARGUMENT", "NVML_ERROR_NOT_FOUND"):
                     continue  # no MIG device at this index
-                raise NvmlError("%s: reading MIG device %d: %s" % (label, i, nvml_reason(e.value)), e.value)
+                raise nvml_failure("%s: reading MIG device %d" % (label, i), e)
             key = (self._call(label, pynvml.nvmlDeviceGetGpuInstanceId, mig),
                    self._call(label, pynvml.nvmlDeviceGetComputeInstanceId, mig))
             devices[key] = {
@@ -373,9 +550,9 @@ class Nvml(object):
             try:
                 procs = reader(handle)
             except pynvml.NVMLError as e:
-                if getattr(e, "value", None) in (3, 13):
+                if is_error(e, "NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND"):
                     continue
-                raise NvmlError("%s: listing processes: %s" % (label, nvml_reason(e.value)), e.value)
+                raise nvml_failure("%s: listing processes" % label, e)
             for p in procs:
                 used = getattr(p, "usedGpuMemory", None)
                 seen[p.pid] = {
@@ -489,7 +666,7 @@ class Nvml(object):
         try:
             return self.gi_profiles(index)
         except NvmlError as e:
-            if e.code == 3:
+            if is_error(e, "NVML_ERROR_NOT_SUPPORTED"):
                 return []  # older drivers list profiles only while MIG is enabled
             raise
 
@@ -513,19 +690,27 @@ RESET_HINTS = {
                "dcgm-exporter, nvsm, fabric manager) and unload nvidia_drm, or reboot"),
     "not_supported": "this host cannot reset the GPU (typically a VM with passthrough): a reboot is needed",
     "primary": "the GPU drives the display: a reboot is needed",
+    "cannot_run": "nvidia-smi could not run (check nvidia_smi and the driver root); a reboot applies the mode too",
     "other": "retry, or reboot the node",
 }
 
 
-def reset_gpus(bus_ids, run_command, nvidia_smi="nvidia-smi"):
+def reset_gpus(bus_ids, run_command, nvidia_smi=("nvidia-smi", None)):
     """Reset the given GPUs with ``nvidia-smi -r -i``; the mechanism that exists in the field.
 
-    ``run_command(argv) -> (rc, stdout, stderr)``. Returns {bus_id: (ok, reason, message)}
-    where reason is None on success, else one of classify_reset_failure()'s values.
+    ``run_command(argv, env) -> (rc, stdout, stderr)``, raising OSError when the program
+    cannot run; ``nvidia_smi`` is (executable, extra environment), see Driver.smi_command.
+    Returns {bus_id: (ok, reason, message)} where reason is None on success, else one
+    of classify_reset_failure()'s values or "cannot_run".
     """
+    executable, env = nvidia_smi
     results = {}
     for bus_id in bus_ids:
-        rc, out, err = run_command([nvidia_smi, "-r", "-i", bus_id])
+        try:
+            rc, out, err = run_command([executable, "-r", "-i", bus_id], env or None)
+        except OSError as exc:
+            results[bus_id] = (False, "cannot_run", "%s could not run: %s" % (executable, exc.strerror or exc))
+            continue
         text = ("%s\n%s" % (out or "", err or "")).strip()
         if rc == 0 and "successfully reset" in text.lower():
             results[bus_id] = (True, None, text)

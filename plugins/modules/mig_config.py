@@ -32,6 +32,7 @@ extends_documentation_fragment:
   - gpuops.mig._attributes
   - gpuops.mig._attributes.ACTIONGROUP_MIG
   - gpuops.mig._config_source
+  - gpuops.mig._driver
 attributes:
   check_mode:
     support: full
@@ -108,13 +109,13 @@ failed_part_way:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.mig.plugins.module_utils import _host_layout as geometry
+from ansible_collections.gpuops.mig.plugins.module_utils import _host_layout as host_layout
 from ansible_collections.gpuops.mig.plugins.module_utils._common import (
     CONFIG_SOURCE_ARG_SPEC,
     CONFIG_SOURCE_EXCLUSIVE,
+    DRIVER_ARG_SPEC,
     nvml_session,
 )
-from ansible_collections.gpuops.mig.plugins.module_utils._gpu_layout import LayoutError
 
 
 def main():
@@ -123,32 +124,26 @@ def main():
         force_timeout=dict(type="float", default=10),
     )
     argument_spec.update(CONFIG_SOURCE_ARG_SPEC)
+    argument_spec.update(DRIVER_ARG_SPEC)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
                            mutually_exclusive=CONFIG_SOURCE_EXCLUSIVE,
                            required_one_of=CONFIG_SOURCE_EXCLUSIVE)
     p = module.params
     with nvml_session(module) as nvml:
-        try:
-            entries = geometry.load_entries(p["config"], p["config_file"], p["config_name"], p["layouts"])
-            resolution, gpus = geometry.resolve(nvml, entries, p["allow_unmatched"])
-            work = geometry.plan_host(nvml, resolution, gpus, p["force"], module.check_mode)
-        except (LayoutError, geometry.GeometryError) as e:
-            module.fail_json(msg=str(e))
+        entries = host_layout.load_entries(p["config"], p["config_file"], p["config_name"], p["layouts"])
+        resolution, gpus = host_layout.resolve(nvml, entries, p["allow_unmatched"])
+        work = host_layout.plan_host(nvml, resolution, gpus, p["force"], module.check_mode)
         if not module.check_mode:
-            try:
-                geometry.apply_host(nvml, work, p["force_timeout"])
-            except geometry.ApplyError as e:
-                module.fail_json(msg="MIG geometry failed part-way: %s. The next run continues from here." % e,
-                                 failed_part_way=e.report, changed=True)
-            geometry.reread(nvml, work)
+            host_layout.apply_host(nvml, work, p["force_timeout"])
+            host_layout.reread(nvml, work)
         result = dict(
-            changed=any(geometry.item_changed(item) for item in work),
-            gpus=geometry.report(work),
+            changed=any(host_layout.item_changed(item) for item in work),
+            gpus=host_layout.report(work),
             skipped_gpus=["%s (%s)" % (gpu.label, entry.label) for gpu, entry in resolution.skipped],
             unmatched=[entry.label for entry in resolution.unmatched],
         )
         if module._diff:
-            result["diff"] = geometry.diff(work, module.check_mode)
+            result["diff"] = host_layout.diff(work, module.check_mode)
     module.exit_json(**result)
 
 

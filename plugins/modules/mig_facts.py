@@ -26,6 +26,7 @@ extends_documentation_fragment:
   - gpuops.mig._attributes.ACTIONGROUP_MIG
   - gpuops.mig._attributes.FACTS
   - gpuops.mig._gpu_selection
+  - gpuops.mig._driver
 attributes:
   check_mode:
     support: full
@@ -72,10 +73,14 @@ ansible_facts:
       type: dict
       contains:
         driver:
-          description: Driver presence and versions (C(present), C(version), C(cuda_version), C(nvml_version), C(error)).
+          description:
+            - Driver presence and versions (C(present), C(version), C(cuda_version), C(nvml_version), C(error)),
+              and where it was found (C(root) null for the host's own driver, else the driver root such as
+              C(/run/nvidia/driver); C(library) the C(libnvidia-ml.so.1) loaded).
           type: dict
           returned: always
-          sample: {present: true, version: "570.124.06", cuda_version: "12.8", nvml_version: "12.570.124.06", error: null}
+          sample: {present: true, version: "570.124.06", cuda_version: "12.8", nvml_version: "12.570.124.06",
+                   root: null, library: libnvidia-ml.so.1, error: null}
         simulated:
           description: Whether the GPUs are simulated (E(GPUOPS_MIG_SIMULATE) is set).
           type: bool
@@ -106,55 +111,46 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.mig.plugins.module_utils._common import (
+    DRIVER_ARG_SPEC,
     GPU_SELECTION_ARG_SPEC,
-    SelectionError,
-    select_gpus,
+    fail_from,
 )
-from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
-    DriverNotFound,
-    HAS_PYNVML,
-    Nvml,
-    NvmlError,
-    mig_device_counts,
-)
+from ansible_collections.gpuops.mig.plugins.module_utils._errors import DriverNotFound, GpuopsError, MissingLibrary
+from ansible_collections.gpuops.mig.plugins.module_utils._gpu_selection import select_gpus
+from ansible_collections.gpuops.mig.plugins.module_utils._nvml import Nvml, mig_device_counts
 
 
-def gather(module):
-    params = module.params
-    nvml_session = Nvml()
+def gather(nvml_session, selectors, with_profiles):
+    """The facts; a missing driver or nvidia-ml-py is a fact (driver.present false), other errors raise."""
     facts = {
-        "driver": {"present": False, "version": None, "cuda_version": None, "nvml_version": None, "error": None},
+        "driver": {"present": False, "version": None, "cuda_version": None, "nvml_version": None,
+                   "root": None, "library": None, "error": None},
         "simulated": bool(nvml_session.simulate),
         "gpu_count": 0,
         "mig_capable_count": 0,
         "gpus": [],
     }
-    if not HAS_PYNVML:
-        facts["driver"]["error"] = "nvidia-ml-py (import pynvml) is not installed"
-        return facts, None
     try:
         with nvml_session as nvml:
-            facts["driver"].update(present=True, version=nvml.driver_version(),
-                                   cuda_version=nvml.cuda_driver_version(), nvml_version=nvml.nvml_version())
+            facts["driver"].update(present=True, version=nvml.driver_version(), root=nvml.driver.root,
+                                   library=nvml.driver.library, cuda_version=nvml.cuda_driver_version(),
+                                   nvml_version=nvml.nvml_version())
             identities = [nvml.gpu(i) for i in range(nvml.gpu_count())]
-            try:
-                selected = select_gpus(identities, params["gpus"])
-            except SelectionError as e:
-                module.fail_json(msg=str(e))
-            for gpu in selected:
+            for gpu in select_gpus(identities, selectors):
                 info = nvml.describe(gpu["index"])
-                if not params["profiles"]:
+                if not with_profiles:
                     info.pop("supported_profiles")
                 info["mig_devices"] = mig_device_counts(info["gpu_instances"])
                 facts["gpus"].append(info)
+    except MissingLibrary:
+        facts["driver"]["error"] = "nvidia-ml-py (import pynvml) is not installed"
+        return facts
     except DriverNotFound as e:
-        facts["driver"]["error"] = str(e)
-        return facts, None
-    except NvmlError as e:
-        return facts, e
+        facts["driver"].update(present=False, error=str(e))
+        return facts
     facts["gpu_count"] = len(facts["gpus"])
     facts["mig_capable_count"] = sum(1 for g in facts["gpus"] if g["mig_capable"])
-    return facts, None
+    return facts
 
 
 def main():
@@ -163,12 +159,14 @@ def main():
         fail_on_missing_driver=dict(type="bool", default=False),
     )
     argument_spec.update(GPU_SELECTION_ARG_SPEC)
+    argument_spec.update(DRIVER_ARG_SPEC)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-
-    facts, error = gather(module)
-    if error is not None:
-        module.fail_json(msg=str(error), nvml_error_code=error.code)
-    if not facts["driver"]["present"] and module.params["fail_on_missing_driver"]:
+    p = module.params
+    try:
+        facts = gather(Nvml(driver_root=p["driver_root"]), p["gpus"], p["profiles"])
+    except GpuopsError as e:
+        fail_from(module, e)
+    if not facts["driver"]["present"] and p["fail_on_missing_driver"]:
         module.fail_json(msg="No usable NVIDIA driver on this host: %s" % facts["driver"]["error"],
                          ansible_facts={"gpuops_mig": facts})
     module.exit_json(changed=False, ansible_facts={"gpuops_mig": facts})

@@ -15,7 +15,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 
-from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim as sim
+import gpuops_mig_sim as sim
 from tests.support.kubeapi import ApiError, seed
 from tests.support.kubeapi import patch as patches
 from tests.support.kubeapi import protobuf
@@ -379,8 +379,8 @@ CI_1C, CI_2C, CI_3C = 0, 1, 2  # NVML_COMPUTE_INSTANCE_PROFILE_{1,2,3}_SLICE
 PARTITION = """
 import json, sys
 import pynvml
-from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim
-_nvml_sim.install(sys.argv[1])
+import gpuops_mig_sim
+gpuops_mig_sim.install(sys.argv[1])
 pynvml.nvmlInit()
 for index, pairs in json.loads(sys.argv[2]).items():
     gpu = pynvml.nvmlDeviceGetHandleByIndex(int(index))

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim as sim
+import gpuops_mig_sim as sim
 from test_roles import CONFIG, STATE, Fleet, output
 
 pytestmark = pytest.mark.playbook

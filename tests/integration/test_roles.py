@@ -16,7 +16,7 @@ import sys
 import pytest
 import yaml
 
-from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim as sim
+import gpuops_mig_sim as sim
 from tests.support.kubeapi import seed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -31,8 +31,6 @@ STATE = "nvidia.com/mig.config.state"
 CONFIG = "nvidia.com/mig.config"
 DCGM_EXPORTER = "nvidia.com/gpu.deploy.dcgm-exporter"
 GFD_DEPLOY = "nvidia.com/gpu.deploy.gpu-feature-discovery"
-# Hosts whose simulated boot runs the boot-time restore need the simulator installed with the engine.
-SIMULATOR = ["_nvml_sim.py", "_nvml_sim_models.py"]
 
 
 class Fleet(object):
@@ -98,7 +96,7 @@ class Fleet(object):
 
     def devices(self, name):
         """{gpu index: {profile name: count}} from the simulated host."""
-        from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim_models as models
+        from gpuops_mig_sim import models
         out = {}
         for gpu in sim.load_state(self.state_path(name))["gpus"]:
             counts = {}
@@ -165,7 +163,7 @@ def test_node_workflow_end_to_end_then_converged_rerun(kube_api, kube_env, tmp_p
     # boot-time restore recreates the layout at boot.
     # Only pods that use GPUs leave it, and an admin had cordoned it already: it stays cordoned.
     b = fleet.add("node-b", "1xA30-24GB", mig_node_layouts=[{"gpus": "all", "devices": {"2g.12gb": 2}}],
-                  mig_node_drain_gpu_pods_only=True, mig_node_persist_engine_extra_files=SIMULATOR)
+                  mig_node_drain_gpu_pods_only=True)
     sim.set_host(b, passthrough=True)
     kube_api.patch("Node", "node-b", {"spec": {"unschedulable": True}})
     # node-c: creating a GPU instance fails (injected NVML fault) after the clients were paused.

@@ -1,35 +1,40 @@
-"""The boot-time restore of the mig_node role without Ansible: tools/gpuops-mig-restore with an engine
-copy laid out as the role installs it, and the simulated host's systemctl (tools/sim-bin/systemctl)
-that runs it at a simulated boot."""
+"""The boot-time restore without Ansible: the engine copy, launcher and unit laid out exactly as
+gpuops.mig.mig_boot_restore installs them (_boot_restore.bundle), and the simulated host's systemctl
+(tools/sim-bin/systemctl) that runs it at a simulated boot."""
 
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 
-from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim as sim
+import gpuops_mig_sim as sim
+from ansible_collections.gpuops.mig.plugins.module_utils import _boot_restore
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 RESTORE = os.path.join(REPO, "tools", "gpuops-mig-restore")
 SIM_BIN = os.path.join(REPO, "tools", "sim-bin")
-ENGINE = ["_nvml.py", "_host_layout.py", "_gpu_layout.py", "_migparted.py", "_nvml_sim.py", "_nvml_sim_models.py"]
 
 
 @pytest.fixture
 def host(tmp_path):
-    """A simulated host with the restore installed the way the role installs it (no __init__.py files)."""
-    engine = tmp_path / "lib" / "ansible_collections" / "gpuops" / "mig" / "plugins" / "module_utils"
-    engine.mkdir(parents=True)
-    for name in ENGINE:
-        shutil.copy(os.path.join(REPO, "plugins", "module_utils", name), str(engine / name))
+    """A simulated host with the engine copy installed as mig_boot_restore installs it."""
+    paths = dict(config_dir=str(tmp_path / "etc"), lib_dir=str(tmp_path / "lib"), script=str(tmp_path / "restore"),
+                 unit_dir=str(tmp_path / "units"))
+    files, _stamp = _boot_restore.bundle(paths, {"layouts": []}, sys.executable)
+    for path, (content, mode) in files.items():
+        if path.startswith(paths["lib_dir"]):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as handle:
+                handle.write(content)
+            os.chmod(path, mode)
     state = str(tmp_path / "host.json")
     env = dict(os.environ, GPUOPS_MIG_SIMULATE=state, PATH=SIM_BIN + os.pathsep + os.environ["PATH"],
                SYSTEMD_UNIT_PATH=str(tmp_path / "units"))
-    # Nothing of the checkout may leak in: the engine must come from the copy.
+    # Nothing of the checkout may leak in: the engine must come from the copy (the simulator
+    # comes from the venv's path, as on a test host).
     env.pop("PYTHONPATH", None)
 
     class Host(object):

@@ -109,18 +109,30 @@ def target_pins():
 
 
 def build_target_venv():
-    """A GPU host's interpreter: the system python3 with only nvidia-ml-py and PyYAML added."""
+    """A GPU host's interpreter: the system python3 with only nvidia-ml-py and PyYAML added, and the
+    GPU simulator on its path (a .pth file: what docs/simulator.md tells users to do for a test host)."""
     pins = target_pins()
     stamp = os.path.join(TARGET_VENV, ".gpuops-testbed")
     if os.path.exists(stamp) and open(stamp, encoding="utf-8").read() == " ".join(pins):
+        point_at_simulator()
         return
     log("building the target venv %s (%s)" % (TARGET_VENV, " ".join(pins)))
     shutil.rmtree(TARGET_VENV, ignore_errors=True)
     sh("/usr/bin/python3", "-m", "venv", "--without-pip", TARGET_VENV)
     sh(VENV_PYTHON, "-m", "pip", "--python", os.path.join(TARGET_VENV, "bin", "python"),
        "install", "-q", "--disable-pip-version-check", *pins)
+    point_at_simulator()
     with open(stamp, "w", encoding="utf-8") as handle:
         handle.write(" ".join(pins))
+
+
+def point_at_simulator():
+    """simulator/ of this checkout on the target venv's path (the checkout may have moved since the build)."""
+    site = subprocess.run([os.path.join(TARGET_VENV, "bin", "python"), "-c",
+                           "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    with open(os.path.join(site, "gpuops_mig_sim.pth"), "w", encoding="utf-8") as handle:
+        handle.write(os.path.join(REPO, "simulator") + "\n")
 
 
 # ----- hosts --------------------------------------------------------------------------------------

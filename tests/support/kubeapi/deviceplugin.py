@@ -1,6 +1,6 @@
 """A simulated NVIDIA device plugin and GPU Feature Discovery for nodes linked to a simulated GPU host.
 
-Link a node to a state file of plugins/module_utils/_nvml_sim.py with the node
+Link a node to a state file of the GPU simulator (simulator/gpuops_mig_sim) with the node
 annotation NVML_STATE_ANNOTATION (seed.node(..., nvml_state=path) sets it).
 Like the real daemons, which read the GPUs only when they start, the emulator
 reads the state file when a device-plugin or GFD pod appears on the node
@@ -50,12 +50,12 @@ _published: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def _simulator():
     """The GPU simulator of this collection (imported lazily: only linked nodes need it)."""
     try:
-        from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim, _nvml_sim_models
+        import gpuops_mig_sim
     except ImportError:
         repo = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-        sys.path.insert(0, os.path.join(repo, ".build", "collections"))
-        from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim, _nvml_sim_models
-    return _nvml_sim, _nvml_sim_models
+        sys.path.insert(0, os.path.join(repo, "simulator"))
+        import gpuops_mig_sim
+    return gpuops_mig_sim, gpuops_mig_sim.models
 
 
 def pod_role(pod: dict):

@@ -12,8 +12,10 @@ from bedview import MOLECULE_DIR, RESTORE_UNIT, advertised, busy_devices, expect
 MIG_HOSTS = ("a100-0", "h100-0", "h200-0", "a30-0", "a100-vm")
 MODULE_UTILS = os.path.join(MOLECULE_DIR, "..", "..", "plugins", "module_utils")
 ENGINE_DIR = "/usr/local/lib/gpuops-mig/ansible_collections/gpuops/mig/plugins/module_utils"
-# The role's engine files plus the simulator (mig_node_persist_engine_extra_files in the inventory).
-ENGINE = ("_gpu_layout.py", "_host_layout.py", "_migparted.py", "_nvml.py", "_nvml_sim.py", "_nvml_sim_models.py")
+# What the restore imports (gpuops.mig.mig_boot_restore derives it from the imports), and no simulator:
+# the test hosts have it on their Python path instead.
+ENGINE = ("__init__.py", "_boot_restore.py", "_errors.py", "_gpu_layout.py", "_gpu_selection.py", "_host_layout.py",
+          "_host_mode.py", "_migparted.py", "_nvml.py")
 
 
 def test_gpus_have_the_second_layout(name):
@@ -58,6 +60,9 @@ def test_boot_time_restore_is_installed(host, name):
         installed = host.file(ENGINE_DIR + "/" + engine_file)
         assert installed.is_file and installed.user == "root" and installed.group == "root", engine_file
         assert installed.mode == 0o644, (engine_file, oct(installed.mode))
+        if engine_file == "__init__.py":
+            assert installed.size == 0
+            continue
         with open(os.path.join(MODULE_UTILS, engine_file), "rb") as handle:
             assert installed.sha256sum == hashlib.sha256(handle.read()).hexdigest(), engine_file
     desired = json.loads(host.file("/etc/gpuops-mig/desired.json").content_string)

@@ -3,7 +3,7 @@
 import pytest
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _host_layout as geometry
-from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim as sim
+import gpuops_mig_sim as sim
 from ansible_collections.gpuops.mig.plugins.module_utils._nvml import Nvml
 
 from layout_helpers import MODELS  # noqa: E402  (tables written from NVIDIA's MIG user guide)

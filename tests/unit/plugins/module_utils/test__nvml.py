@@ -47,13 +47,13 @@ def test_reset_refusals_are_classified(text, reason):
 def test_reset_runs_nvidia_smi_per_gpu_and_reads_its_answer():
     calls = []
 
-    def run(argv):
+    def run(argv, env=None):
         calls.append(argv)
         if argv[-1] == "00000000:07:00.0":
             return 0, "GPU 00000000:07:00.0 was successfully reset.\n", ""
         return 255, "", "Unable to reset GPU 00000000:0F:00.0: In use by another client\n"
 
-    out = _nvml.reset_gpus(["00000000:07:00.0", "00000000:0F:00.0"], run, "/usr/bin/nvidia-smi")
+    out = _nvml.reset_gpus(["00000000:07:00.0", "00000000:0F:00.0"], run, ("/usr/bin/nvidia-smi", None))
     assert calls == [["/usr/bin/nvidia-smi", "-r", "-i", "00000000:07:00.0"],
                      ["/usr/bin/nvidia-smi", "-r", "-i", "00000000:0F:00.0"]]
     assert out["00000000:07:00.0"][:2] == (True, None)
@@ -61,24 +61,34 @@ def test_reset_runs_nvidia_smi_per_gpu_and_reads_its_answer():
 
 
 def test_reset_through_the_simulated_nvidia_smi(tmp_path):
-    from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim as sim
+    import gpuops_mig_sim as sim
     state = str(tmp_path / "h.json")
     sim.create_state(state, "1xA100-SXM4-40GB")
     sim.set_host(state, passthrough=True)
     smi = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "tools", "sim-bin", "nvidia-smi")
 
-    def run(argv):
+    def run(argv, env=None):
         p = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, GPUOPS_MIG_SIMULATE=state), check=False)
         return p.returncode, p.stdout, p.stderr
 
-    out = _nvml.reset_gpus(["00000000:07:00.0"], run, smi)
+    out = _nvml.reset_gpus(["00000000:07:00.0"], run, (smi, None))
     assert out["00000000:07:00.0"][:2] == (False, "not_supported")
 
 
-def test_nvml_errors_read_as_sentences():
+def test_nvml_errors_read_as_sentences_and_go_by_pynvml_names():
     assert "permission denied" in _nvml.nvml_reason(4)
     assert "in use by another client" in _nvml.nvml_reason(19)
     assert _nvml.nvml_reason(4242) == "NVML error 4242"
+    assert _nvml.error_name(19) == "NVML_ERROR_IN_USE" and _nvml.error_name(4242) is None
+
+
+def test_a_reset_whose_nvidia_smi_cannot_run_is_reported_not_raised():
+    def run(argv, env=None):
+        raise OSError(2, "No such file or directory")
+
+    out = _nvml.reset_gpus(["00000000:07:00.0"], run, ("/nope/nvidia-smi", None))
+    assert out["00000000:07:00.0"] == (False, "cannot_run", "/nope/nvidia-smi could not run: No such file or directory")
+    assert "cannot_run" in _nvml.RESET_HINTS
 
 
 def test_simulator_is_not_loaded_without_the_variable():
@@ -89,13 +99,14 @@ def test_simulator_is_not_loaded_without_the_variable():
         "    _nvml.Nvml().__enter__()\n"
         "except _nvml.DriverNotFound as e:\n"
         "    print('driver:', e)\n"
-        "print('sim loaded:', any('_nvml_sim' in m for m in sys.modules))\n"
+        "print('sim loaded:', any('gpuops_mig_sim' in m for m in sys.modules))\n"
     )
     env = dict(os.environ)
     env.pop("GPUOPS_MIG_SIMULATE", None)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
-    assert "driver: the NVML library (libnvidia-ml.so.1) was not found" in out
+    assert "driver: libnvidia-ml.so.1 is neither on the host's library path nor under a driver root " \
+           "(tried /run/nvidia/driver (no libnvidia-ml.so.1 in /, /usr/lib64," in out
     assert "sim loaded: False" in out
 
 
@@ -114,3 +125,113 @@ def test_terminate_processes_ends_real_processes():
     finally:
         proc.kill()
         proc.wait()
+
+
+# -- where the driver is --------------------------------------------------------------------------
+
+class Opener(object):
+    """ctypes.CDLL's part in find_driver: a library loads when its path is in `loadable`."""
+
+    def __init__(self, *loadable):
+        self.loadable = loadable
+        self.tried = []
+
+    def __call__(self, path):
+        self.tried.append(path)
+        if path not in self.loadable:
+            raise OSError("%s: cannot open shared object file: No such file or directory" % path)
+        return "handle of %s" % path
+
+
+def driver_root(base, libdir="usr/lib64", smidir="usr/bin", link=None):
+    """A driver root laid out as a driver image has it; link makes libnvidia-ml.so.1 a link to it."""
+    lib = base / libdir
+    lib.mkdir(parents=True)
+    if link:
+        (lib / "libnvidia-ml.so.580.95.05").write_text("lib")
+        os.symlink(link, str(lib / "libnvidia-ml.so.1"))
+    else:
+        (lib / "libnvidia-ml.so.1").write_text("lib")
+    (base / smidir).mkdir(parents=True)
+    (base / smidir / "nvidia-smi").write_text("smi")
+    return base
+
+
+def test_the_hosts_own_driver_comes_first(tmp_path):
+    driver_root(tmp_path / "run" / "nvidia" / "driver")
+    opener = Opener("libnvidia-ml.so.1")
+    driver, handle = _nvml.find_driver("auto", opener, host_root=str(tmp_path))
+    assert driver.root is None and handle == "handle of libnvidia-ml.so.1" and opener.tried == ["libnvidia-ml.so.1"]
+    assert driver.smi_command("nvidia-smi") == ("nvidia-smi", {})
+
+
+def test_without_a_host_driver_the_operators_driver_root_is_found(tmp_path):
+    root = driver_root(tmp_path / "run" / "nvidia" / "driver", libdir="usr/lib/x86_64-linux-gnu",
+                       link="/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.95.05")   # absolute: inside the root
+    library = str(root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.95.05")
+    driver, handle = _nvml.find_driver(None, Opener(library), host_root=str(tmp_path))
+    assert driver.root == str(root) and driver.library == library and handle == "handle of " + library
+    # nvidia-smi runs inside that root the way the operator's validator runs it.
+    assert driver.smi_command("nvidia-smi") == (str(root / "usr/bin/nvidia-smi"), {"LD_PRELOAD": library})
+    assert driver.smi_command("/opt/bin/nvidia-smi") == ("/opt/bin/nvidia-smi", {"LD_PRELOAD": library})
+
+
+def test_the_validators_driver_ready_file_names_the_root(tmp_path):
+    root = driver_root(tmp_path / "srv" / "nvidia-driver")
+    driver_root(tmp_path / "run" / "nvidia" / "driver")          # the default root exists too, but comes second
+    ready = tmp_path / "run" / "nvidia" / "validations"
+    ready.mkdir(parents=True)
+    (ready / "driver-ready").write_text("IS_HOST_DRIVER=false\nNVIDIA_DRIVER_ROOT=/srv/nvidia-driver\n")
+    library = str(root / "usr/lib64/libnvidia-ml.so.1")
+    driver, _handle = _nvml.find_driver("auto", Opener(library), host_root=str(tmp_path))
+    assert driver.root == str(root)
+    (ready / "driver-ready").write_text("IS_HOST_DRIVER=true\nNVIDIA_DRIVER_ROOT=/\n")
+    assert _nvml.driver_root_candidates(str(tmp_path)) == [str(tmp_path / "run" / "nvidia" / "driver")]
+
+
+def test_no_driver_anywhere_names_every_place_tried(tmp_path):
+    with pytest.raises(_nvml.DriverNotFound) as e:
+        _nvml.find_driver("auto", Opener(), host_root=str(tmp_path))
+    assert "libnvidia-ml.so.1 is neither on the host's library path nor under a driver root (tried %s (no " \
+           "libnvidia-ml.so.1 in /, /usr/lib64, /usr/lib/x86_64-linux-gnu, /usr/lib/aarch64-linux-gnu, /lib64, " \
+           "/lib/x86_64-linux-gnu, /lib/aarch64-linux-gnu))" % (tmp_path / "run/nvidia/driver") in str(e.value)
+    assert e.value.name == "NVML_ERROR_LIBRARY_NOT_FOUND"
+
+
+def test_an_explicit_driver_root_must_hold_the_driver(tmp_path):
+    empty = tmp_path / "driver"
+    empty.mkdir()
+    with pytest.raises(_nvml.DriverNotFound) as e:
+        _nvml.find_driver(str(empty), Opener(), host_root=str(tmp_path))
+    assert str(e.value).startswith("the driver root %s holds no NVIDIA driver: no libnvidia-ml.so.1 in /, /usr/lib64"
+                                   % empty)
+    with pytest.raises(_nvml.DriverNotFound) as e:
+        _nvml.find_driver("/", Opener(), host_root=str(tmp_path))
+    assert "libnvidia-ml.so.1 is not on the host's library path" in str(e.value)
+
+
+def test_a_simulated_driver_container_is_found_and_its_nvidia_smi_runs_inside_it(tmp_path, monkeypatch):
+    import gpuops_mig_sim as sim
+    state = str(tmp_path / "host.json")
+    sim.create_state(state, "1xA30-24GB")
+    root = str(tmp_path / "run" / "nvidia" / "driver")
+    sim.set_host(state, driver_root=root)
+    monkeypatch.setenv("GPUOPS_MIG_SIMULATE", state)
+    with pytest.raises(_nvml.DriverNotFound) as e:   # the host itself has no library
+        _nvml.Nvml(driver_root="/").__enter__()
+    assert "not on the host's library path" in str(e.value)
+    with _nvml.Nvml(driver_root=root) as nvml:
+        assert nvml.driver.root == root
+        assert nvml.driver.library == os.path.join(root, "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.570.124.06")
+        assert nvml.gpu(0)["name"] == "NVIDIA A30"
+        smi = nvml.driver.smi_command()
+
+    def run(argv, env=None):
+        p = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, **(env or {})), check=False)
+        return p.returncode, p.stdout, p.stderr
+
+    assert smi == (os.path.join(root, "usr/bin/nvidia-smi"), {"LD_PRELOAD": nvml.driver.library})
+    assert _nvml.reset_gpus(["00000000:07:00.0"], run, smi)["00000000:07:00.0"][:2] == (True, None)
+    # Without the root's library preloaded, that nvidia-smi cannot start (as the real one).
+    failed = _nvml.reset_gpus(["00000000:07:00.0"], run, (smi[0], None))["00000000:07:00.0"]
+    assert failed[0] is False and "cannot load libnvidia-ml.so.1" in failed[2]

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim as sim
+import gpuops_mig_sim as sim
 from ansible_collections.gpuops.mig.plugins.modules import mig_config
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "module_utils", "fixtures")

@@ -1,6 +1,6 @@
 """gpuops.mig.mig_facts through the simulator (pynvml's own code runs)."""
 
-from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim as sim
+import gpuops_mig_sim as sim
 from ansible_collections.gpuops.mig.plugins.modules import mig_facts
 
 
@@ -15,7 +15,8 @@ def test_reports_every_gpu_and_the_driver(sim_host, run_module, file_digest):
     assert result["changed"] is False
     facts = facts_of(result)
     assert facts["driver"] == {"present": True, "version": "570.124.06", "cuda_version": "12.8",
-                               "nvml_version": facts["driver"]["nvml_version"], "error": None}
+                               "nvml_version": facts["driver"]["nvml_version"], "error": None,
+                               "root": None, "library": "libnvidia-ml.so.1"}
     assert facts["simulated"] is True
     assert facts["gpu_count"] == 4 and facts["mig_capable_count"] == 3
     a100, dummy, a30, a10 = facts["gpus"]

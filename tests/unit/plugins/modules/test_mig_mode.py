@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim as sim
+import gpuops_mig_sim as sim
 from ansible_collections.gpuops.mig.plugins.module_utils._nvml import Nvml
 from ansible_collections.gpuops.mig.plugins.modules import mig_mode
 

@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import pytest
 
-from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim_models as models
+from gpuops_mig_sim import models
 
 # Profile names per model as the reference documents them (mig-facts.md 1.1-1.9).
 DOCUMENTED_NAMES = {

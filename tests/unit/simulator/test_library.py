@@ -13,8 +13,9 @@ import pynvml
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim as sim
-from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim_models as models
+import gpuops_mig_sim as sim
+from gpuops_mig_sim import library
+from gpuops_mig_sim import models
 
 # Profile ids on the 7-slice GPUs (mig-facts.md section 0).
 P_1G, P_1G_ME, P_1G_2X, P_2G, P_3G, P_4G, P_7G = 19, 20, 15, 14, 9, 5, 0
@@ -145,13 +146,15 @@ def test_install_refuses_a_missing_state_file(tmp_path):
         sim.install(str(tmp_path / "nope.json"))
 
 
-def test_module_does_not_import_pynvml_or_print(tmp_path, capfd):
+def test_package_does_not_import_pynvml_or_ansible(tmp_path, capfd):
+    import os
     import subprocess
     import sys
-    code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('s', sys.argv[1]);"
-            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m);"
-            "assert 'pynvml' not in sys.modules; print(len(m.symbol_names()))")
-    out = subprocess.run([sys.executable, "-c", code, sim.__file__], check=True, capture_output=True, text=True)
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import gpuops_mig_sim as m;"
+            "assert 'pynvml' not in sys.modules and not any(n.startswith('ansible') for n in sys.modules);"
+            "print(len(m.symbol_names()))")
+    simulator_dir = os.path.dirname(os.path.dirname(sim.__file__))
+    out = subprocess.run([sys.executable, "-I", "-c", code, simulator_dir], check=True, capture_output=True, text=True)
     assert int(out.stdout) >= 50
 
 
@@ -454,10 +457,10 @@ def test_sm_slices_are_enforced():
     model = models.MODELS["A100-SXM4-40GB"]._replace(sm_slices=2)
     profile = model.gi_profiles[models.GI_1_SLICE]
     gpu = {"gpu_instances": [{"profile_id": P_1G, "start": 0}]}
-    assert sim._gi_remaining(gpu, model, profile) == 1
+    assert library._gi_remaining(gpu, model, profile) == 1
     gpu["gpu_instances"].append({"profile_id": P_1G, "start": 1})
-    assert sim._gi_remaining(gpu, model, profile) == 0
-    assert sim._free_gi_starts(gpu, model, profile) == []
+    assert library._gi_remaining(gpu, model, profile) == 0
+    assert library._free_gi_starts(gpu, model, profile) == []
 
 
 def test_gi_ids_reuse_the_lowest_free_id(host):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.gpuops.mig.plugins.module_utils._common import (
+from ansible_collections.gpuops.mig.plugins.module_utils._gpu_selection import (
     SelectionError,
     normalize_bus_id,
     select_gpus,

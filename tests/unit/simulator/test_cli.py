@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim as sim
+import gpuops_mig_sim as sim
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 MIG_SIM = os.path.join(REPO, "tools", "mig-sim")
@@ -126,7 +126,7 @@ def test_host_quirks(host):
                      "off", "--client", "add", "nvidia-dcgm", "--client", "add", "nvsm", "--auto-placement", "lowest")
     assert result.returncode == 0, result.stderr
     assert state_of(host)["host"] == {"passthrough": True, "deny_changes": True, "mode_change_survives_reboot": False,
-                                      "clients": ["nvidia-dcgm", "nvsm"], "auto_placement": "lowest"}
+                                      "clients": ["nvidia-dcgm", "nvsm"], "auto_placement": "lowest", "driver_root": None}
     assert mig_sim("host", host, "--client", "remove", "nvsm", "--passthrough", "off").returncode == 0
     assert state_of(host)["host"]["clients"] == ["nvidia-dcgm"]
     bad = mig_sim("host", host, "--client", "remove", "nvsm")
@@ -203,7 +203,7 @@ def test_mig_sim_drives_the_library_end_to_end(host):
     """The CLI and the library share the file: a GI created through NVML shows up in show and -L."""
     sim.create_state(str(host), "1xH100-SXM5-80GB", mig="enabled", force=True)
     code = ("import sys; sys.path.insert(0, sys.argv[2]);"
-            "from ansible_collections.gpuops.mig.plugins.module_utils import _nvml_sim as sim; import pynvml as n;"
+            "import gpuops_mig_sim as sim; import pynvml as n;"
             "sim.install(sys.argv[1]); n.nvmlInit(); d = n.nvmlDeviceGetHandleByIndex(0);"
             "gi = n.nvmlDeviceCreateGpuInstance(d, 9); n.nvmlGpuInstanceCreateComputeInstance(gi, 2)")
     subprocess.run([sys.executable, "-c", code, str(host), os.path.join(REPO, ".build", "collections")], check=True)

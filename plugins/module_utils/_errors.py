@@ -1,0 +1,66 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the gpuops.mig collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The errors the engine raises. Private to the collection; no Ansible imports.
+
+Every error is a GpuopsError whose text a person understands and that names the
+host's GPU, the config source and the entry where it can. Engine code raises;
+only _common.fail_from turns an error into the module's failure.
+"""
+
+from __future__ import annotations
+
+
+class GpuopsError(Exception):
+    """Base of the engine's errors.
+
+    ``report`` is set when the failure came after changes began: per GPU what
+    was done and what was not, so the caller can say what the next run does.
+    ``details`` are further result keys for the caller (the per-GPU view of a refusal).
+    """
+
+    def __init__(self, message, report=None, details=None):
+        super(GpuopsError, self).__init__(message)
+        self.report = report
+        self.details = dict(details or {})
+
+
+class ConfigError(GpuopsError):
+    """A mig-parted config or inline layout that cannot be used (found before any change)."""
+
+
+class SelectionError(GpuopsError):
+    """A GPU selector that is malformed or matches no GPU."""
+
+
+class LayoutError(GpuopsError):
+    """A target that no placement of the GPU can hold, or an unsafe plan (found before any change)."""
+
+
+class RefusedError(GpuopsError):
+    """Bad input or an unsafe change for this host, found before anything was changed."""
+
+
+class ApplyError(GpuopsError):
+    """A failure after changes began; ``report`` says what was done and what was not."""
+
+
+class NvmlError(GpuopsError):
+    """An NVML failure, phrased for a person.
+
+    ``code`` is NVML's return code and ``name`` its pynvml name (NVML_ERROR_IN_USE), when known.
+    """
+
+    def __init__(self, message, code=None, name=None, report=None, details=None):
+        super(NvmlError, self).__init__(message, report, details)
+        self.code = code
+        self.name = name
+
+
+class MissingLibrary(NvmlError):
+    """nvidia-ml-py (import pynvml) is not installed on the host."""
+
+
+class DriverNotFound(NvmlError):
+    """No usable NVIDIA driver: no libnvidia-ml.so.1 on the host or under a driver root, or no kernel driver."""

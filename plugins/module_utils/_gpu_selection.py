@@ -1,0 +1,88 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the gpuops.mig collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Which GPUs a selector names: all, an index, a UUID, a PCI device ID (a model) or a PCI bus ID.
+
+Private to the collection; no Ansible imports (the modules and the engine share it).
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.gpuops.mig.plugins.module_utils._errors import SelectionError
+
+_INDEX = re.compile(r"^\d+$")
+_DEVICE_ID = re.compile(r"^0x[0-9a-fA-F]{8}$")
+_UUID = re.compile(r"^GPU-\S+$", re.IGNORECASE)
+_BUS_ID = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
+
+
+def normalize_bus_id(text):
+    """'07:00.0', '0000:07:00.0' and '00000000:07:00.0' all name the same GPU."""
+    m = _BUS_ID.match(text.strip())
+    if not m:
+        return None
+    domain = int(m.group(1) or "0", 16)
+    return "%08X:%s:%s.%s" % (domain, m.group(2).upper(), m.group(3).upper(), m.group(4))
+
+
+def select_gpus(gpus, selectors):
+    """Pick GPUs by selector; ``gpus`` are dicts with index, uuid, pci_device_id, pci_bus_id.
+
+    A selector is ``all``, an index, a GPU UUID, a PCI device ID (0xDDDDVVVV, every
+    GPU of that model) or a PCI bus ID. Returns the matching GPUs in index order.
+    Raises SelectionError naming the selector that matched nothing or is malformed.
+    """
+    chosen = {}
+    for raw in selectors:
+        for g in _match(gpus, str(raw).strip())[1]:
+            chosen[g["index"]] = g
+    return [chosen[i] for i in sorted(chosen)]
+
+
+def explicitly_selected(gpus, selectors):
+    """Indexes of GPUs named one by one (index, UUID or bus ID), not through all or a model ID."""
+    named = set()
+    for raw in selectors:
+        kind, matched = _match(gpus, str(raw).strip())
+        if kind in ("index", "uuid", "bus"):
+            named.update(g["index"] for g in matched)
+    return named
+
+
+def _match(gpus, sel):
+    """(kind, matching GPUs) for one selector; SelectionError if malformed or unmatched."""
+    if sel.lower() == "all":
+        return "all", list(gpus)
+    if _INDEX.match(sel):
+        matched = [g for g in gpus if g["index"] == int(sel)]
+        if not matched:
+            raise SelectionError("GPU index %s does not exist on this host (it has %s)" % (sel, _describe_indexes(gpus)))
+        return "index", matched
+    if _UUID.match(sel):
+        matched = [g for g in gpus if g["uuid"].lower() == sel.lower()]
+        if not matched:
+            raise SelectionError("no GPU with UUID %s on this host" % sel)
+        return "uuid", matched
+    if _DEVICE_ID.match(sel):
+        matched = [g for g in gpus if g["pci_device_id"].lower() == sel.lower()]
+        if not matched:
+            raise SelectionError("no GPU with PCI device ID %s on this host" % sel)
+        return "model", matched
+    bus = normalize_bus_id(sel)
+    if bus:
+        matched = [g for g in gpus if normalize_bus_id(g["pci_bus_id"]) == bus]
+        if not matched:
+            raise SelectionError("no GPU at PCI bus ID %s on this host" % sel)
+        return "bus", matched
+    raise SelectionError(
+        "%r is not a GPU selector: use all, an index (0), a GPU UUID (GPU-...), "
+        "a PCI device ID (0x20B010DE) or a PCI bus ID (0000:07:00.0)" % sel)
+
+
+def _describe_indexes(gpus):
+    if not gpus:
+        return "no GPUs"
+    return "GPU indexes %s" % ", ".join(str(g["index"]) for g in gpus)

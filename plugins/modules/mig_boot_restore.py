@@ -1,0 +1,309 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the gpuops.mig collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: mig_boot_restore
+short_description: Install or remove the boot-time restore of a node's MIG mode and layout
+version_added: 0.1.0
+description:
+  - GPU instances never survive a reboot, and from Hopper on neither does MIG mode. This module installs,
+    on the managed host, what brings them back at boot without Ansible; a oneshot systemd unit
+    C(gpuops-mig-restore.service) runs a launcher that uses a copy of the collection's own engine (the code
+    M(gpuops.mig.mig_mode) and M(gpuops.mig.mig_config) run) with the declared layout.
+  - The engine files are the ones the restore imports, found by reading the imports; they travel inside
+    this module's own payload, so the whole installation is one transfer. Each file is written only when
+    its content differs, and C(changed) says whether anything was written, enabled or removed.
+  - Everything installed is covered by one checksum kept in the desired-state file, so M(gpuops.mig.mig_node_info)
+    can tell whether the restore is in step by reading one file.
+  - With the host's own driver the unit runs before kubelet and the GPU clients. With a driver under a driver
+    root (the GPU Operator's driver container, which kubelet starts), it runs after boot and waits up to
+    O(wait_for_driver) seconds for the driver to appear.
+  - At boot it validates everything before the first change, never destroys a busy MIG device and never
+    reboots; a mode that stays pending is logged (exit status 3).
+author:
+  - gpuops.mig contributors (@gpuops)
+requirements:
+  - systemd on the managed host
+extends_documentation_fragment:
+  - gpuops.mig._attributes
+  - gpuops.mig._attributes.ACTIONGROUP_MIG
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+options:
+  state:
+    description:
+      - V(present) installs (or updates) the restore; V(absent) disables the unit and removes every file.
+    type: str
+    choices: [present, absent]
+    default: present
+  config:
+    description:
+      - The mig-parted v1 config to restore (a mapping, or YAML text), as M(gpuops.mig.mig_config) takes it.
+      - Exactly one of O(config) and O(layouts) is required with O(state=present).
+    type: raw
+  layouts:
+    description: Inline per-GPU layouts to restore, as M(gpuops.mig.mig_config) takes them.
+    type: list
+    elements: dict
+  config_name:
+    description: The config of O(config) to restore.
+    type: str
+  allow_unmatched:
+    description: As in M(gpuops.mig.mig_config).
+    type: bool
+    default: false
+  reset:
+    description: At boot, reset idle GPUs whose new MIG mode is pending (Ampere), instead of leaving them pending.
+    type: bool
+    default: true
+  nvidia_smi:
+    description: The C(nvidia-smi) the restore uses for GPU resets.
+    type: str
+    default: nvidia-smi
+  driver_root:
+    description:
+      - Where the restore finds the NVIDIA driver at boot (see M(gpuops.mig.mig_mode)'s O(gpuops.mig.mig_mode#module:driver_root)).
+      - A driver root other than V(auto) and V(/) orders the unit after boot instead of before kubelet.
+    type: str
+    default: auto
+  wait_for_driver:
+    description:
+      - Seconds the restore waits at boot for the driver to appear. Defaults to 900 when O(driver_root) names a
+        driver root (a driver container comes up after kubelet), else 0.
+    type: int
+  before:
+    description:
+      - Units the restore must run before, with the host's own driver (kubelet and the services that hold the GPUs).
+      - With a driver root, C(kubelet.service) is left out (it starts the driver container).
+    type: list
+    elements: str
+    default: [kubelet.service, nvidia-persistenced.service, nvidia-fabricmanager.service, nvidia-dcgm.service,
+              dcgm.service, dcgm-exporter.service, nvsm.service]
+  python:
+    description: The Python that runs the restore at boot. Defaults to the one running this module.
+    type: str
+  root:
+    description: A directory every path below is placed under (a test host's own root); empty for a real host.
+    type: path
+    default: ""
+  config_dir:
+    description: Where the desired state goes.
+    type: path
+    default: /etc/gpuops-mig
+  lib_dir:
+    description: Where the engine copy goes.
+    type: path
+    default: /usr/local/lib/gpuops-mig
+  script:
+    description: Where the launcher goes.
+    type: path
+    default: /usr/local/sbin/gpuops-mig-restore
+  unit_dir:
+    description: Where the systemd unit goes.
+    type: path
+    default: /etc/systemd/system
+  enable:
+    description: Enable the unit (and reload systemd when its file changed).
+    type: bool
+    default: true
+"""
+
+EXAMPLES = r"""
+- name: Restore the all-balanced layout of the node at every boot
+  gpuops.mig.mig_boot_restore:
+    config: "{{ lookup('ansible.builtin.file', 'mig-parted-config.yaml') }}"
+    config_name: all-balanced
+
+- name: A node whose driver is the GPU Operator's driver container
+  gpuops.mig.mig_boot_restore:
+    layouts:
+      - gpus: all
+        devices: {1g.10gb: 7}
+    driver_root: /run/nvidia/driver
+
+- name: MIG is off for good on this node
+  gpuops.mig.mig_boot_restore:
+    state: absent
+"""
+
+RETURN = r"""
+stamp:
+  description: The checksum of the installation (also kept in the desired-state file); null with O(state=absent).
+  returned: always
+  type: str
+written:
+  description: The files written (or, in check mode, that would be).
+  returned: always
+  type: list
+  elements: str
+removed:
+  description: The files and directories removed (O(state=absent)).
+  returned: always
+  type: list
+  elements: str
+unit:
+  description: The unit's name and whether this run enabled (or disabled) it and reloaded systemd.
+  returned: always
+  type: dict
+"""
+
+import os
+import shutil
+import sys
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.mig.plugins.module_utils import _boot_restore as boot_restore
+from ansible_collections.gpuops.mig.plugins.module_utils._nvml import DRIVER_ROOT_AUTO, DRIVER_ROOT_HOST
+
+CONTAINER_DRIVER_WAIT = 900
+
+
+def paths_of(params):
+    root = params["root"] or ""
+    return dict((key, root + params[key]) for key in ("config_dir", "lib_dir", "script", "unit_dir"))
+
+
+def desired_of(params):
+    """The desired state the restore reads at boot (written with the installation's stamp)."""
+    container = params["driver_root"] not in (DRIVER_ROOT_AUTO, DRIVER_ROOT_HOST, "")
+    wait = params["wait_for_driver"]
+    return {
+        "format": boot_restore.FORMAT,
+        "config": params["config"],
+        "layouts": params["layouts"],
+        "config_name": params["config_name"],
+        "allow_unmatched": params["allow_unmatched"],
+        "reset": params["reset"],
+        "nvidia_smi": params["nvidia_smi"],
+        "driver_root": params["driver_root"],
+        "wait_for_driver": (CONTAINER_DRIVER_WAIT if container else 0) if wait is None else wait,
+    }
+
+
+def unit_order(params):
+    """(before, after): with a driver container kubelet must come first, so the unit does not run before it."""
+    if params["driver_root"] in (DRIVER_ROOT_AUTO, DRIVER_ROOT_HOST, ""):
+        return params["before"], []
+    return [u for u in params["before"] if u != "kubelet.service"], ["kubelet.service"]
+
+
+def bundle_for(params):
+    """What the installation consists of, and its stamp (mig_node_info computes the same)."""
+    before, after = unit_order(params)
+    return boot_restore.bundle(paths_of(params), desired_of(params), params["python"] or sys.executable,
+                               before=before, after=after)
+
+
+def current(path):
+    try:
+        with open(path) as handle:
+            return handle.read(), os.stat(path).st_mode & 0o7777
+    except (IOError, OSError):
+        return None, None
+
+
+def install(module):
+    files, stamp = bundle_for(module.params)
+    written = []
+    # Everything but the desired state first: the stamp it carries says the rest is in place.
+    desired_path = os.path.join(paths_of(module.params)["config_dir"], "desired.json")
+    for path in sorted(files, key=lambda p: p == desired_path):
+        content, mode = files[path]
+        if current(path) == (content, mode):
+            continue
+        written.append(path)
+        if module.check_mode:
+            continue
+        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+        scratch = path + ".gpuops-tmp"
+        with open(scratch, "w") as handle:
+            handle.write(content)
+        os.chmod(scratch, mode)
+        os.replace(scratch, path)
+    unit_path = os.path.join(paths_of(module.params)["unit_dir"], boot_restore.UNIT_NAME)
+    unit = {"name": boot_restore.UNIT_NAME, "reloaded": False, "enabled": False}
+    if module.params["enable"]:
+        if unit_path in written:
+            unit["reloaded"] = True
+            systemctl(module, "daemon-reload")
+        if systemctl(module, "is-enabled", boot_restore.UNIT_NAME, check=False)[0] != 0:
+            unit["enabled"] = True
+            systemctl(module, "enable", boot_restore.UNIT_NAME)
+    return dict(changed=bool(written or unit["enabled"]), stamp=stamp, written=written, removed=[], unit=unit)
+
+
+def remove(module):
+    paths = paths_of(module.params)
+    unit_path = os.path.join(paths["unit_dir"], boot_restore.UNIT_NAME)
+    unit = {"name": boot_restore.UNIT_NAME, "reloaded": False, "enabled": False, "disabled": False}
+    if os.path.exists(unit_path) and module.params["enable"]:
+        unit["disabled"] = True
+        systemctl(module, "disable", boot_restore.UNIT_NAME)
+    removed = []
+    for path in (unit_path, os.path.join(paths["config_dir"], "desired.json"), paths["script"], paths["lib_dir"]):
+        if not os.path.lexists(path):
+            continue
+        removed.append(path)
+        if module.check_mode:
+            continue
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    return dict(changed=bool(removed), stamp=None, written=[], removed=removed, unit=unit)
+
+
+def systemctl(module, *args, **kwargs):
+    """Runs systemctl (not in check mode, except for queries)."""
+    if module.check_mode and args[0] != "is-enabled":
+        return 0, "", ""
+    rc, out, err = module.run_command([module.get_bin_path("systemctl", required=True)] + list(args))
+    if rc != 0 and kwargs.get("check", True):
+        module.fail_json(msg="systemctl %s failed: %s" % (" ".join(args), (err or out).strip()), rc=rc)
+    return rc, out, err
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            state=dict(type="str", choices=["present", "absent"], default="present"),
+            config=dict(type="raw"),
+            layouts=dict(type="list", elements="dict"),
+            config_name=dict(type="str"),
+            allow_unmatched=dict(type="bool", default=False),
+            reset=dict(type="bool", default=True),
+            nvidia_smi=dict(type="str", default="nvidia-smi"),
+            driver_root=dict(type="str", default=DRIVER_ROOT_AUTO),
+            wait_for_driver=dict(type="int"),
+            before=dict(type="list", elements="str",
+                        default=["kubelet.service", "nvidia-persistenced.service", "nvidia-fabricmanager.service",
+                                 "nvidia-dcgm.service", "dcgm.service", "dcgm-exporter.service", "nvsm.service"]),
+            python=dict(type="str"),
+            root=dict(type="path", default=""),
+            config_dir=dict(type="path", default="/etc/gpuops-mig"),
+            lib_dir=dict(type="path", default="/usr/local/lib/gpuops-mig"),
+            script=dict(type="path", default="/usr/local/sbin/gpuops-mig-restore"),
+            unit_dir=dict(type="path", default="/etc/systemd/system"),
+            enable=dict(type="bool", default=True),
+        ),
+        mutually_exclusive=[("config", "layouts")],
+        required_if=[("state", "present", ("config", "layouts"), True)],
+        supports_check_mode=True,
+    )
+    if module.params["state"] == "present":
+        module.exit_json(**install(module))
+    module.exit_json(**remove(module))
+
+
+if __name__ == "__main__":
+    main()
