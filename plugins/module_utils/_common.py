@@ -66,8 +66,8 @@ def fail_from(module, error, **result):
     if isinstance(error, ApplyError):
         result["changed"] = True
     result.update(error.details)
-    module.fail_json(msg=message, exception="".join(traceback.format_exception(type(error), error,
-                                                                                 error.__traceback__)), **result)
+    trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    module.fail_json(msg=message, exception=trace, **result)
 
 
 @contextmanager

@@ -62,8 +62,8 @@ def resolve(nvml, entries, allow_unmatched=False):
             if not entry.device_filter:
                 raise ConfigError("%s selects no MIG-capable GPU on this host" % entry.label)
         if entries and not resolution.targets and not resolution.skipped:
-            raise ConfigError("no entry of the config selects a GPU on this host (GPUs: %s)"
-                                        % ", ".join(g["label"] for g in gpus.values()) or "none")
+            labels = ", ".join(g["label"] for g in gpus.values()) or "none"
+            raise ConfigError("no entry of the config selects a GPU on this host (GPUs: %s)" % labels)
     return resolution, gpus
 
 
@@ -92,8 +92,8 @@ def read_geometry(nvml, index):
     """The GPU model's geometry as the planner needs it, from NVML's profile list."""
     profiles = nvml.gi_profiles(index)
     if not profiles:
-        raise RefusedError("%s lists no MIG profiles (an older driver lists them only while MIG is "
-                            "enabled)" % nvml.gpu(index)["label"])
+        raise RefusedError("%s lists no MIG profiles (an older driver lists them only while MIG is enabled)"
+                           % nvml.gpu(index)["label"])
     gi_profiles = []
     for p in profiles:
         aliases = (p["nvml_name"],) if p["nvml_name"] and p["nvml_name"] != p["name"] else ()

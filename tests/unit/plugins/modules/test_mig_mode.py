@@ -202,3 +202,29 @@ def test_force_terminates_the_processes_in_the_way(sim_host, run_module, gpu_wor
     assert worker.wait(timeout=5) is not None       # the workload really ended
     assert [gi["profile"] for gi in result["gpus"][0]["destroyed"]] == ["3g.20gb"]
     assert modes(state) == [{"current": 0, "pending": 0}]
+
+
+@pytest.mark.parametrize("devices, message", [
+    ({"3g.20gb": 3}, "3g.20gb"),                 # three 4-slice instances do not fit eight slices
+    ({"4g.20gb": 1, "3g.20gb": 1, "2g.10gb": 1}, "GPU 0"),
+    ({"1g.5gb": 99}, "1g.5gb"),
+])
+def test_a_config_whose_layout_cannot_be_built_is_refused_before_any_mode_change(
+        sim_host, run_module, file_digest, devices, message):
+    """mig_mode validates the whole config, geometry included: no GPU is left half-done."""
+    state = sim_host("1xA100-SXM4-40GB")
+    before = file_digest(state)
+    result = run_module(mig_mode, {"layouts": [{"gpus": "all", "devices": devices}], "reset": True})
+    assert result["failed"] is True
+    assert "Nothing was changed" in result["msg"] and message in result["msg"]
+    assert file_digest(state) == before
+
+
+def test_a_reset_that_cannot_run_says_so_and_asks_for_a_reboot(sim_host, run_module):
+    state = sim_host("1xA100-SXM4-40GB")
+    result = run_module(mig_mode, {"mode": "enabled", "reset": True, "nvidia_smi": "/nonexistent/nvidia-smi"})
+    gpu = result["gpus"][0]
+    assert gpu["reset"]["attempted"] is True and gpu["reset"]["ok"] is False
+    assert gpu["reset"]["reason"] == "cannot_run"
+    assert result["reboot_required"] is True
+    assert modes(state) == [{"current": 0, "pending": 1}]
