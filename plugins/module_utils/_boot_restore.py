@@ -171,6 +171,51 @@ def bundle(paths, desired, python, before=(), after=(), read_source=None):
     return files, stamp
 
 
+# -- installing (gpuops.mig.mig_boot_restore; gpuops.mig.mig_node_info checks the stamp) --------
+
+CONTAINER_DRIVER_WAIT = 900
+DEFAULT_BEFORE = ("kubelet.service", "nvidia-persistenced.service", "nvidia-fabricmanager.service",
+                  "nvidia-dcgm.service", "dcgm.service", "dcgm-exporter.service", "nvsm.service")
+_HOST_DRIVER = ("auto", "/", "", None)
+
+
+def paths_of(params):
+    """Where the installation goes: config_dir, lib_dir, script, unit_dir, under params["root"]."""
+    root = params.get("root") or ""
+    return dict((key, root + params[key]) for key in ("config_dir", "lib_dir", "script", "unit_dir"))
+
+
+def desired_of(params):
+    """The desired state the restore reads at boot (written with the installation's stamp)."""
+    wait = params.get("wait_for_driver")
+    container = params.get("driver_root") not in _HOST_DRIVER
+    return {
+        "format": FORMAT,
+        "config": params.get("config"),
+        "layouts": params.get("layouts"),
+        "config_name": params.get("config_name"),
+        "allow_unmatched": params.get("allow_unmatched", False),
+        "reset": params.get("reset", True),
+        "nvidia_smi": params.get("nvidia_smi") or "nvidia-smi",
+        "driver_root": params.get("driver_root") or "auto",
+        "wait_for_driver": (CONTAINER_DRIVER_WAIT if container else 0) if wait is None else wait,
+    }
+
+
+def unit_order(params):
+    """(before, after): with a driver container kubelet must come first (it starts the driver)."""
+    before = params.get("before") or list(DEFAULT_BEFORE)
+    if params.get("driver_root") in _HOST_DRIVER:
+        return before, []
+    return [u for u in before if u != "kubelet.service"], ["kubelet.service"]
+
+
+def bundle_for(params, python):
+    """bundle() for mig_boot_restore's parameters."""
+    before, after = unit_order(params)
+    return bundle(paths_of(params), desired_of(params), python, before=before, after=after)
+
+
 def installed_stamp(config_dir):
     """The stamp of the restore installed on this host, or None."""
     try:

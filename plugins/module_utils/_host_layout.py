@@ -28,10 +28,12 @@ _CI_CONSTANT = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
 
 # -- input -------------------------------------------------------------------
 
-def load_entries(config=None, config_file=None, config_name=None, layouts=None):
-    """ConfigEntry values from a mig-parted config (inline or a file) or inline layouts."""
+def load_entries(config=None, config_file=None, config_name=None, layouts=None, origin=None):
+    """ConfigEntry values from a mig-parted config (inline or a file) or inline layouts.
+
+    ``origin`` names where an inline config or layouts came from (e.g. a ConfigMap), for messages."""
     if layouts is not None:
-        return migparted.entries_from_layouts(layouts, origin="layouts")
+        return migparted.entries_from_layouts(layouts, origin=origin or "layouts")
     if config_file is not None:
         try:
             with open(config_file) as f:
@@ -40,7 +42,7 @@ def load_entries(config=None, config_file=None, config_name=None, layouts=None):
             raise ConfigError("cannot read the mig-parted config %s: %s" % (config_file, e))
         parsed = migparted.load_config(text, origin=config_file)
     else:
-        parsed = migparted.load_config(config, origin="mig-parted config")
+        parsed = migparted.load_config(config, origin=origin or "mig-parted config")
     return parsed.select(config_name)
 
 

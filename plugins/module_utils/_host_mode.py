@@ -60,6 +60,11 @@ def request_from_config(nvml, entries, allow_unmatched=False, force=False):
     """
     resolution, gpus = host_layout.resolve(nvml, entries, allow_unmatched)
     host_layout.plan_host(nvml, resolution, gpus, force=force, check_mode=True)
+    return request_from_resolution(resolution, gpus)
+
+
+def request_from_resolution(resolution, gpus):
+    """A ModeRequest for a config already resolved (and validated) against this host's GPUs."""
     return ModeRequest(dict((t.gpu.index, ENABLED if t.mig_enabled else DISABLED) for t in resolution.targets),
                        resolution=resolution, gpus=gpus)
 

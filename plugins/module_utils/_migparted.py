@@ -174,7 +174,8 @@ def load_config(source, origin="mig-parted config"):
             raise ConfigError("%s: config names must be non-empty strings, got %r" % (origin, name))
         where = "%s: config %r" % (origin, name)
         if not isinstance(entries, list) or not entries:
-            raise ConfigError("%s must be a non-empty list of entries, got %s" % (where, _type_name(entries)))
+            got = "an empty list" if isinstance(entries, list) else _type_name(entries)
+            raise ConfigError("%s must be a non-empty list of entries, got %s" % (where, got))
         parsed[name] = tuple(_parse_entry(entry, "%s entry [%d]" % (where, i)) for i, entry in enumerate(entries))
     return MigPartedConfig(origin, parsed)
 

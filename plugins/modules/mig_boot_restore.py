@@ -163,45 +163,15 @@ import sys
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _boot_restore as boot_restore
-from ansible_collections.gpuops.mig.plugins.module_utils._nvml import DRIVER_ROOT_AUTO, DRIVER_ROOT_HOST
-
-CONTAINER_DRIVER_WAIT = 900
-
+from ansible_collections.gpuops.mig.plugins.module_utils._nvml import DRIVER_ROOT_AUTO
 
 def paths_of(params):
-    root = params["root"] or ""
-    return dict((key, root + params[key]) for key in ("config_dir", "lib_dir", "script", "unit_dir"))
-
-
-def desired_of(params):
-    """The desired state the restore reads at boot (written with the installation's stamp)."""
-    container = params["driver_root"] not in (DRIVER_ROOT_AUTO, DRIVER_ROOT_HOST, "")
-    wait = params["wait_for_driver"]
-    return {
-        "format": boot_restore.FORMAT,
-        "config": params["config"],
-        "layouts": params["layouts"],
-        "config_name": params["config_name"],
-        "allow_unmatched": params["allow_unmatched"],
-        "reset": params["reset"],
-        "nvidia_smi": params["nvidia_smi"],
-        "driver_root": params["driver_root"],
-        "wait_for_driver": (CONTAINER_DRIVER_WAIT if container else 0) if wait is None else wait,
-    }
-
-
-def unit_order(params):
-    """(before, after): with a driver container kubelet must come first, so the unit does not run before it."""
-    if params["driver_root"] in (DRIVER_ROOT_AUTO, DRIVER_ROOT_HOST, ""):
-        return params["before"], []
-    return [u for u in params["before"] if u != "kubelet.service"], ["kubelet.service"]
+    return boot_restore.paths_of(params)
 
 
 def bundle_for(params):
     """What the installation consists of, and its stamp (mig_node_info computes the same)."""
-    before, after = unit_order(params)
-    return boot_restore.bundle(paths_of(params), desired_of(params), params["python"] or sys.executable,
-                               before=before, after=after)
+    return boot_restore.bundle_for(params, params["python"] or sys.executable)
 
 
 def current(path):
@@ -285,9 +255,7 @@ def main():
             nvidia_smi=dict(type="str", default="nvidia-smi"),
             driver_root=dict(type="str", default=DRIVER_ROOT_AUTO),
             wait_for_driver=dict(type="int"),
-            before=dict(type="list", elements="str",
-                        default=["kubelet.service", "nvidia-persistenced.service", "nvidia-fabricmanager.service",
-                                 "nvidia-dcgm.service", "dcgm.service", "dcgm-exporter.service", "nvsm.service"]),
+            before=dict(type="list", elements="str", default=list(boot_restore.DEFAULT_BEFORE)),
             python=dict(type="str"),
             root=dict(type="path", default=""),
             config_dir=dict(type="path", default="/etc/gpuops-mig"),

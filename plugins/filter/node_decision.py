@@ -1,0 +1,43 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the gpuops.mig collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Filters through which the mig_node role decides (logic in plugin_utils/_node_decision.py)."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_decision as decision
+
+
+def _wrap(function):
+    def run(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except decision.DecisionError as e:
+            raise AnsibleFilterError(str(e))
+    run.__name__ = function.__name__
+    run.__doc__ = function.__doc__
+    return run
+
+
+def node_decision(info, node, operator, settings):
+    """decide(), with a refusal returned as {"path": "refused", "error": message} for the role to report."""
+    try:
+        return dict(decision.decide(info, node, operator, settings), error=None)
+    except decision.DecisionError as e:
+        return {"path": "refused", "error": str(e)}
+
+
+class FilterModule(object):
+    def filters(self):
+        return {
+            "mig_operator_view": _wrap(decision.operator_view),
+            "mig_node_decision": node_decision,
+            "mig_config_from_configmaps": decision.config_from_configmaps,
+            "mig_expected_advertisement": _wrap(decision.expected_advertisement),
+            "mig_advertised": _wrap(decision.advertised),
+            "mig_expected_slices": _wrap(decision.expected_slices),
+            "mig_published_slices": _wrap(decision.published_slices),
+        }

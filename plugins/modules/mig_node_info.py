@@ -1,0 +1,219 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the gpuops.mig collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: mig_node_info
+short_description: Everything a MIG rollout decides on for one node, in one read-only pass
+version_added: 0.1.0
+description:
+  - Reads the node's GPUs once (one NVML session) and returns what the M(gpuops.mig.mig_node) role decides on
+    the driver and GPUs (as M(gpuops.mig.mig_facts) reports them), the MIG mode change and the geometry change
+    the declared layout needs (as M(gpuops.mig.mig_mode) and M(gpuops.mig.mig_config) would plan them in check
+    mode), each GPU's MIG mode and device types after the change, and whether the boot-time restore installed
+    by M(gpuops.mig.mig_boot_restore) is in step with the layout.
+  - Changes nothing. A layout that cannot be applied (a config entry no GPU can hold, busy devices in the way
+    without O(force)) fails here, with the messages of M(gpuops.mig.mig_mode) and M(gpuops.mig.mig_config),
+    before anything on any node changes.
+author:
+  - gpuops.mig contributors (@gpuops)
+requirements:
+  - nvidia-ml-py (C(import pynvml)) on the managed host
+extends_documentation_fragment:
+  - gpuops.mig._attributes
+  - gpuops.mig._attributes.ACTIONGROUP_MIG
+  - gpuops.mig._config_source
+  - gpuops.mig._driver
+attributes:
+  check_mode:
+    support: full
+    details: Read-only; runs the same way in check mode.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+options:
+  config_origin:
+    description:
+      - Where O(config) or O(layouts) came from (for example C(ConfigMap gpu-operator/default-mig-parted-config)),
+        named in every message about them.
+    type: str
+  force:
+    description: Plan as M(gpuops.mig.mig_mode) and M(gpuops.mig.mig_config) would with O(force=true).
+    type: bool
+    default: false
+  restore:
+    description:
+      - The boot-time restore to compare with the one installed, as the options of
+        M(gpuops.mig.mig_boot_restore) without the layout (C(reset), C(nvidia_smi), C(before), C(python),
+        C(root), C(config_dir), C(lib_dir), C(script), C(unit_dir), C(wait_for_driver)). Leave it out to skip
+        the comparison.
+    type: dict
+"""
+
+EXAMPLES = r"""
+- name: What would the rollout do on this node?
+  gpuops.mig.mig_node_info:
+    layouts:
+      - gpus: all
+        devices: {3g.40gb: 2}
+  register: node
+
+- name: Say it
+  ansible.builtin.debug:
+    msg: "{{ 'converged' if not node.change.any else 'mode: ' ~ node.change.mode ~ ', geometry: ' ~ node.change.geometry }}"
+"""
+
+RETURN = r"""
+facts:
+  description: The driver and the GPUs, as M(gpuops.mig.mig_facts) reports them (without profiles).
+  returned: always
+  type: dict
+mode:
+  description: The MIG mode plan, as M(gpuops.mig.mig_mode) returns it in check mode.
+  returned: always
+  type: dict
+geometry:
+  description: The geometry plan per GPU, as M(gpuops.mig.mig_config) returns it in check mode (C(gpus)).
+  returned: always
+  type: dict
+change:
+  description: C(mode), C(geometry) and C(any) (either), each true when that part must change.
+  returned: always
+  type: dict
+wants_mig:
+  description: Whether any GPU is to have MIG on after the change.
+  returned: always
+  type: bool
+planned:
+  description:
+    - Per GPU of the host, after the change; C(index), C(name), C(mig_enabled) and C(devices) (MIG device name
+      to count).
+  returned: always
+  type: list
+  elements: dict
+restore:
+  description:
+    - C(state) (V(present) when MIG is wanted, else V(absent)), C(installed) (the stamp found on the host, or
+      null), C(wanted) (the stamp of the restore the layout asks for, or null), C(in_step), and C(driver_root),
+      the driver root to install the restore with (where the driver was found).
+    - Null when O(restore) is not given.
+  returned: always
+  type: dict
+"""
+
+import sys
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.mig.plugins.module_utils import _boot_restore as boot_restore
+from ansible_collections.gpuops.mig.plugins.module_utils import _host_layout as host_layout
+from ansible_collections.gpuops.mig.plugins.module_utils import _host_mode as host_mode
+from ansible_collections.gpuops.mig.plugins.module_utils._common import (
+    CONFIG_SOURCE_ARG_SPEC,
+    CONFIG_SOURCE_EXCLUSIVE,
+    DRIVER_ARG_SPEC,
+    nvml_session,
+)
+from ansible_collections.gpuops.mig.plugins.module_utils._nvml import mig_device_counts
+
+
+def read_facts(nvml):
+    """The mig_facts view of the host (profiles left out)."""
+    gpus = []
+    for index in range(nvml.gpu_count()):
+        info = nvml.describe(index)
+        info.pop("supported_profiles", None)
+        info["mig_devices"] = mig_device_counts(info["gpu_instances"])
+        gpus.append(info)
+    return {
+        "driver": {"present": True, "version": nvml.driver_version(), "cuda_version": nvml.cuda_driver_version(),
+                   "nvml_version": nvml.nvml_version(), "root": nvml.driver.root, "library": nvml.driver.library,
+                   "error": None},
+        "simulated": bool(nvml.simulate),
+        "gpu_count": len(gpus),
+        "mig_capable_count": sum(1 for g in gpus if g["mig_capable"]),
+        "gpus": gpus,
+    }
+
+
+def planned_gpus(facts, geometry):
+    """Each GPU's MIG mode and devices once the layout is applied (untouched GPUs as they are)."""
+    targets = dict((g["index"], g) for g in geometry)
+    planned = []
+    for gpu in facts["gpus"]:
+        target = targets.get(gpu["index"])
+        if target is None:
+            enabled, devices = bool(gpu.get("mig_enabled")), dict(gpu.get("mig_devices") or {})
+        else:
+            enabled = target["mig_enabled"]
+            devices = dict((k, v) for k, v in target["target"].items() if v > 0) if enabled else {}
+        planned.append({"index": gpu["index"], "name": gpu["name"], "mig_enabled": enabled, "devices": devices})
+    return planned
+
+
+RESTORE_DEFAULTS = {"root": "", "config_dir": "/etc/gpuops-mig", "lib_dir": "/usr/local/lib/gpuops-mig",
+                    "script": "/usr/local/sbin/gpuops-mig-restore", "unit_dir": "/etc/systemd/system",
+                    "reset": True, "nvidia_smi": "nvidia-smi", "before": list(boot_restore.DEFAULT_BEFORE)}
+
+
+def restore_state(options, wants_mig, layout_params):
+    """Is the boot-time restore on the host the one this layout asks for? (mig_boot_restore's defaults)"""
+    params = dict(RESTORE_DEFAULTS)
+    params.update((k, v) for k, v in options.items() if v is not None)
+    installed = boot_restore.installed_stamp(boot_restore.paths_of(params)["config_dir"])
+    if not wants_mig:
+        return {"state": "absent", "installed": installed, "wanted": None, "in_step": installed is None}
+    params.update(layout_params)
+    wanted = boot_restore.bundle_for(params, params.get("python") or sys.executable)[1]
+    return {"state": "present", "installed": installed, "wanted": wanted, "in_step": installed == wanted}
+
+
+def main():
+    argument_spec = dict(
+        config_origin=dict(type="str"),
+        force=dict(type="bool", default=False),
+        restore=dict(type="dict"),
+    )
+    argument_spec.update(CONFIG_SOURCE_ARG_SPEC)
+    argument_spec.update(DRIVER_ARG_SPEC)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
+                           mutually_exclusive=CONFIG_SOURCE_EXCLUSIVE, required_one_of=CONFIG_SOURCE_EXCLUSIVE)
+    p = module.params
+    with nvml_session(module) as nvml:
+        facts = read_facts(nvml)
+        entries = host_layout.load_entries(p["config"], p["config_file"], p["config_name"], p["layouts"],
+                                           origin=p["config_origin"])
+        resolution, gpus = host_layout.resolve(nvml, entries, p["allow_unmatched"])
+        work = host_layout.plan_host(nvml, resolution, gpus, p["force"], check_mode=True)
+        records = host_mode.plan(nvml, host_mode.request_from_resolution(resolution, gpus), p["force"])
+        host_mode.apply(nvml, records, check_mode=True)
+        mode = host_mode.report(nvml, records, check_mode=True)
+    geometry = host_layout.report(work)
+    change_mode = mode["changed"] or mode["reset_required"] or mode["reboot_required"]
+    change_geometry = any(g["changed"] for g in geometry)
+    wants_mig = any(g["mig_mode"]["pending"] == "enabled" for g in mode["gpus"] if not g["skipped"])
+    restore = None
+    if p["restore"] is not None:
+        # At boot the restore looks where the driver was found now (a driver container's root, say).
+        driver_root = facts["driver"]["root"] or p["driver_root"]
+        layout_params = dict(config=p["config"], layouts=p["layouts"], config_name=p["config_name"],
+                             allow_unmatched=p["allow_unmatched"], driver_root=driver_root)
+        restore = dict(restore_state(p["restore"], wants_mig, layout_params), driver_root=driver_root)
+    module.exit_json(
+        changed=False,
+        facts=facts,
+        mode=mode,
+        geometry={"gpus": geometry},
+        change={"mode": change_mode, "geometry": change_geometry, "any": change_mode or change_geometry},
+        wants_mig=wants_mig,
+        planned=planned_gpus(facts, geometry),
+        restore=restore,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,348 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the gpuops.mig collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""What the mig_node role decides for a node, on the controller (the filters in plugins/filter call these).
+
+Inputs are plain data: gpuops.mig.mig_node_info's result, the Kubernetes Node, the
+cluster's ClusterPolicy and DaemonSets. Nothing here talks to a node or the API.
+Facts about the GPU Operator: reference gpu-operator.md sections 2 to 6.
+"""
+
+from __future__ import annotations
+
+LABEL_CONFIG = "nvidia.com/mig.config"
+LABEL_STATE = "nvidia.com/mig.config.state"
+LABEL_DEPLOY = "nvidia.com/gpu.deploy."
+LABEL_MIG_MANAGER = LABEL_DEPLOY + "mig-manager"
+PAUSED = "paused-for-mig-change"
+DEFAULT_OPERATOR_CONFIG = "default-mig-parted-config"
+STRATEGIES = ("none", "single", "mixed")
+OPERATOR_MODES = ("auto", "mig-manager", "takeover")
+DRA_APP = "dra-driver-nvidia-gpu"
+
+
+class DecisionError(Exception):
+    """A node the rollout must not touch, with the reason (nothing was changed)."""
+
+
+# -- the GPU Operator ------------------------------------------------------------
+
+def operator_view(policies, node=None, daemonsets=()):
+    """What the GPU Operator manages, for one node: {present: False} without a ClusterPolicy.
+
+    policies: the ClusterPolicy objects; node: the Node object (or None);
+    daemonsets: the cluster's DaemonSets (for NVIDIA's DRA driver).
+    """
+    labels = _labels(node)
+    view = {"present": False, "dra": dra_view(daemonsets, labels)}
+    if not policies:
+        return view
+    policy = sorted(policies, key=lambda p: p["metadata"]["name"])[0]
+    spec = policy.get("spec") or {}
+    mig_manager = spec.get("migManager") or {}
+    config = mig_manager.get("config") or {}
+    enabled = mig_manager.get("enabled") is not False     # unset means enabled
+    deploy = labels.get(LABEL_MIG_MANAGER, "")
+    node_name = (node or {}).get("metadata", {}).get("name", "")
+    view.update(
+        present=True,
+        name=policy["metadata"]["name"],
+        namespace=(policy.get("status") or {}).get("namespace") or "gpu-operator",
+        mig_strategy=((spec.get("mig") or {}).get("strategy") or ""),
+        device_plugin=(spec.get("devicePlugin") or {}).get("enabled") is not False,
+        gfd=(spec.get("gfd") or {}).get("enabled") is not False,
+        mig_manager={
+            "enabled": enabled,
+            # The operator schedules mig-manager where this label is "true"; paused counts as there.
+            "on_node": enabled and deploy in ("true", PAUSED),
+            "deploy_label": deploy or None,
+            # Named: that ConfigMap, key config.yaml. Empty: mig-manager generates <node>-mig-config.
+            "config_maps": [config["name"]] if config.get("name") else
+                           ["%s-mig-config" % node_name, DEFAULT_OPERATOR_CONFIG],
+            "config_default": config.get("default", "all-disabled"),
+        },
+    )
+    return view
+
+
+def dra_view(daemonsets, node_labels):
+    """NVIDIA's DRA kubelet plugin on this node (by its DaemonSet's nodeSelector), and its DynamicMIG gate."""
+    for ds in daemonsets or ():
+        template = ((ds.get("spec") or {}).get("template") or {})
+        pod_labels = (template.get("metadata") or {}).get("labels") or {}
+        name = ds["metadata"]["name"]
+        if pod_labels.get("app.kubernetes.io/name") != DRA_APP and not name.endswith("dra-driver-kubelet-plugin") \
+                and not (DRA_APP in name and name.endswith("kubelet-plugin")):
+            continue
+        spec = template.get("spec") or {}
+        selector = spec.get("nodeSelector") or {}
+        if any(node_labels.get(k) != v for k, v in selector.items()):
+            continue
+        return {"present": True, "daemonset": "%s/%s" % (ds["metadata"].get("namespace", ""), name),
+                "pod_labels": pod_labels, "dynamic_mig": _dynamic_mig(spec)}
+    return {"present": False}
+
+
+def _dynamic_mig(pod_spec):
+    """DynamicMIG=true in the FEATURE_GATES env or a --feature-gates argument of any container."""
+    for container in pod_spec.get("containers") or []:
+        values = [e.get("value") or "" for e in container.get("env") or [] if e.get("name") == "FEATURE_GATES"]
+        args = container.get("args") or []
+        values += [a.split("=", 1)[1] for a in args if a.startswith("--feature-gates=")]
+        values += [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--feature-gates"]
+        for value in values:
+            gates = dict(part.split("=", 1) for part in value.replace(" ", "").split(",") if "=" in part)
+            if gates.get("DynamicMIG", "").lower() == "true":
+                return True
+    return False
+
+
+# -- the config from the cluster ------------------------------------------------------
+
+def config_from_configmaps(configmaps, candidates, namespace, key, host):
+    """The mig-parted config text from the first of ``candidates`` that exists in ``configmaps``.
+
+    Returns {config, origin, configmap, error}: error names the node and the source when there is none."""
+    by_name = dict((c["metadata"]["name"], c) for c in configmaps or ())
+    for name in candidates:
+        if name not in by_name:
+            continue
+        origin = "ConfigMap %s/%s (key %s)" % (namespace, name, key)
+        data = by_name[name].get("data") or {}
+        if key not in data:
+            return {"config": None, "origin": origin, "configmap": name,
+                    "error": "%s: ConfigMap %s/%s has no key '%s' (it has: %s). Nothing was changed."
+                             % (host, namespace, name, key, ", ".join(sorted(data)) or "no data")}
+        return {"config": data[key], "origin": origin, "configmap": name, "error": None}
+    return {"config": None, "origin": None, "configmap": None,
+            "error": "%s: no ConfigMap %s in namespace %s holds the MIG config. Nothing was changed."
+                     % (host, " or ".join(candidates) or "(none named)", namespace)}
+
+
+# -- settings -------------------------------------------------------------------
+
+def effective_strategy(declared, operator, host):
+    """The MIG strategy: declared, else the operator's, else mixed. A declared one the operator contradicts
+    is refused: the operator's device plugin advertises what ClusterPolicy says, not what we declare."""
+    declared = (declared or "").strip().lower()
+    if declared and declared not in STRATEGIES:
+        raise DecisionError("%s: mig_node_mig_strategy must be none, single or mixed, not '%s'" % (host, declared))
+    theirs = operator.get("mig_strategy") if operator.get("present") else ""
+    if declared and theirs and declared != theirs:
+        raise DecisionError(
+            "%s: mig_node_mig_strategy is '%s' but the GPU Operator's ClusterPolicy %s has mig.strategy '%s'. "
+            "Nothing was changed. Declare '%s' (or leave mig_node_mig_strategy empty), or change the ClusterPolicy."
+            % (host, declared, operator["name"], theirs, theirs))
+    return declared or theirs or "mixed"
+
+
+def operator_mode(wanted, operator, source, host):
+    """How this node is worked on: none (no operator), mig-manager (drive it) or takeover.
+
+    source: 'configmap' when the layout comes from the operator's ConfigMap, else the inventory's kind."""
+    wanted = (wanted or "auto").strip().lower()
+    if wanted not in OPERATOR_MODES:
+        raise DecisionError("%s: mig_node_operator_mode must be auto, mig-manager or takeover, not '%s'"
+                            % (host, wanted))
+    if not operator.get("present"):
+        if wanted == "mig-manager":
+            raise DecisionError("%s: mig_node_operator_mode=mig-manager, but no GPU Operator ClusterPolicy "
+                                "was found. Nothing was changed." % host)
+        return "none"
+    manager = operator["mig_manager"]
+    if wanted == "takeover":
+        return "takeover"
+    if wanted == "mig-manager":
+        if not manager["on_node"]:
+            raise DecisionError(
+                "%s: mig_node_operator_mode=mig-manager, but mig-manager does not run on this node (%s). "
+                "Nothing was changed." % (host, _why_not_on_node(manager)))
+        return "mig-manager"
+    if not manager["on_node"]:
+        return "takeover"            # nobody else reconfigures this node's GPUs
+    if source == "configmap":
+        return "mig-manager"
+    raise DecisionError(
+        "%s: the GPU Operator's mig-manager runs on this node and reconfigures its GPUs from the "
+        "nvidia.com/mig.config label, so a layout from %s would be fought over. Nothing was changed. "
+        "Either let the collection drive mig-manager with the operator's config (leave the layout out, or set "
+        "mig_node_config_configmap), or set mig_node_operator_mode=takeover to switch mig-manager off on the node."
+        % (host, source))
+
+
+def _why_not_on_node(manager):
+    if not manager["enabled"]:
+        return "ClusterPolicy migManager.enabled is false"
+    return "its label %s is %s" % (LABEL_MIG_MANAGER, manager["deploy_label"] or "missing")
+
+
+def refuse_dynamic_mig(operator, host):
+    dra = operator.get("dra") or {}
+    if dra.get("present") and dra.get("dynamic_mig"):
+        raise DecisionError(
+            "%s: NVIDIA's DRA driver (%s) runs here with its DynamicMIG feature gate, which destroys MIG devices "
+            "it did not create. Nothing was changed. Leave this node to the DRA driver, or turn DynamicMIG off."
+            % (host, dra["daemonset"]))
+
+
+# -- the decision ----------------------------------------------------------------
+
+def single_strategy_problem(planned, config_label, host):
+    """The single strategy needs every GPU MIG-enabled with one device type, or MIG off everywhere."""
+    enabled = [g for g in planned if g["mig_enabled"]]
+    if not enabled:
+        return None
+    types = set(name for g in enabled for name in g["devices"])
+    if len(enabled) == len(planned) and all(g["devices"] for g in enabled) and len(types) == 1:
+        return None
+    parts = []
+    for g in planned:
+        if not g["mig_enabled"]:
+            parts.append("GPU %d (%s): MIG disabled" % (g["index"], g["name"]))
+        elif not g["devices"]:
+            parts.append("GPU %d (%s): MIG enabled, no devices" % (g["index"], g["name"]))
+        else:
+            parts.append("GPU %d (%s): %s" % (g["index"], g["name"], ", ".join(sorted(g["devices"]))))
+    return ("%s: with mig_node_mig_strategy=single every GPU of the node must be MIG-enabled with one and the same MIG "
+            "device type (or MIG must be off on all of them), but the declared layout '%s' gives: %s. "
+            "Nothing was changed. Use the mixed strategy or a uniform layout." % (host, config_label, "; ".join(parts)))
+
+
+def decide(info, node, operator, settings):
+    """The node's path and what each step needs.
+
+    settings: host, kubernetes (bool), strategy (declared, may be empty), operator_mode (wanted),
+    source (where the layout comes from: configmap, mig_node_config, ...), config_label,
+    cordoned_annotation. Returns a dict; raises DecisionError for a node that must not be touched.
+    """
+    host = settings["host"]
+    operator = operator or {"present": False}
+    refuse_dynamic_mig(operator, host)
+    settings = dict(settings, strategy=effective_strategy(settings.get("strategy"), operator, host),
+                    mode=operator_mode(settings.get("operator_mode"), operator, settings.get("source"), host))
+    if settings["strategy"] == "single":
+        problem = single_strategy_problem(info["planned"], settings["config_label"], host)
+        if problem:
+            raise DecisionError(problem)
+    labels = _labels(node)
+    change = info["change"]
+    mode = settings["mode"]
+    path = "converged" if not change["any"] else ("mig-manager" if mode == "mig-manager" else "reconfigure")
+    decision = {
+        "path": path,
+        "mode_change": change["mode"],
+        "geometry_change": change["geometry"],
+        "wants_mig": info["wants_mig"],
+        "operator_mode": mode,
+        "strategy": settings["strategy"],
+        # Our own modules change the GPUs: mig-manager must be off on the node first (and stay off).
+        "switch_off_mig_manager": mode == "takeover" and labels.get(LABEL_MIG_MANAGER) != "false",
+        "persist": mode != "mig-manager",
+        "restore_in_step": bool((info.get("restore") or {}).get("in_step", True)),
+        "cordoned_earlier": settings.get("cordoned_annotation", "") in _annotations(node),
+        "unschedulable": bool(((node or {}).get("spec") or {}).get("unschedulable")),
+        "converged_labels": {},
+    }
+    if settings.get("kubernetes") and path == "converged":
+        wanted = {LABEL_CONFIG: settings["config_label"]}
+        if mode != "mig-manager":     # mig-manager writes the state label itself
+            wanted[LABEL_STATE] = "success"
+        decision["converged_labels"] = dict((k, v) for k, v in wanted.items() if labels.get(k) != v)
+    decision["summary"] = _summary(host, settings["config_label"], decision)
+    return decision
+
+
+def _summary(host, label, decision):
+    if decision["path"] == "converged":
+        return "%s: layout '%s' is already in place: nothing disruptive to do." % (host, label)
+    parts = (["MIG mode change"] if decision["mode_change"] else []) + \
+            (["geometry change"] if decision["geometry_change"] else [])
+    how = " (applied by the GPU Operator's mig-manager)" if decision["path"] == "mig-manager" else ""
+    return "%s: layout '%s' is not in place: %s needed%s." % (host, label, " and ".join(parts), how)
+
+
+# -- what the node must advertise afterwards ---------------------------------------
+
+def expected_advertisement(gpus, strategy, with_labels=True):
+    """The device plugin's resources and GFD's labels for these GPUs (mig-facts.md section 4).
+
+    gpus: mig_facts GPUs (name, mig_enabled, mig_devices). Values are strings, as on a Node.
+    """
+    mig = [g for g in gpus if g.get("mig_enabled")]
+    whole = [g for g in gpus if not g.get("mig_enabled")]
+    product = (gpus[0]["name"] if gpus else "none").replace(" ", "-")
+    resources, labels = {}, {}
+    if strategy == "none":
+        resources["nvidia.com/gpu"] = len(gpus)
+        labels.update({"nvidia.com/gpu.count": len(gpus), "nvidia.com/gpu.product": product})
+    elif strategy == "mixed":
+        if whole:
+            resources["nvidia.com/gpu"] = len(whole)
+        labels.update({"nvidia.com/gpu.count": len(whole), "nvidia.com/mig.strategy": "mixed"})
+        for gpu in mig:
+            for name, count in sorted((gpu.get("mig_devices") or {}).items()):
+                if not name[:1].isdigit() or "g." not in name:
+                    continue
+                key = "nvidia.com/mig-" + name.replace("+", ".")
+                resources[key] = resources.get(key, 0) + count
+                labels[key + ".count"] = resources[key]
+    else:
+        types = sorted(set(name for g in mig for name in (g.get("mig_devices") or {})))
+        labels["nvidia.com/mig.strategy"] = "single"
+        if mig and len(mig) == len(gpus) and len(types) == 1:
+            total = sum(g["mig_devices"][types[0]] for g in mig)
+            resources["nvidia.com/gpu"] = total
+            labels.update({"nvidia.com/gpu.count": total,
+                           "nvidia.com/gpu.product": "%s-MIG-%s" % (product, types[0].replace("+", "."))})
+        elif not mig:
+            resources["nvidia.com/gpu"] = len(gpus)
+            labels["nvidia.com/gpu.count"] = len(gpus)
+    return {"resources": dict((k, str(v)) for k, v in resources.items()),
+            "labels": dict((k, str(v)) for k, v in labels.items()) if with_labels else {}}
+
+
+def advertised(node, expected):
+    """What a Node advertises, in the shape of expected_advertisement() (only the keys it speaks of)."""
+    allocatable = ((node or {}).get("status") or {}).get("allocatable") or {}
+    resources = dict((k, str(v)) for k, v in allocatable.items()
+                     if (k == "nvidia.com/gpu" or k.startswith("nvidia.com/mig-")) and str(v) != "0")
+    labels = dict((k, v) for k, v in _labels(node).items() if k in expected["labels"])
+    return {"resources": resources, "labels": labels}
+
+
+def expected_slices(gpus):
+    """For NVIDIA's DRA driver: the sorted (parent UUID, profile) pairs of MIG devices, and the whole GPUs."""
+    mig = sorted((g["uuid"], name) for g in gpus if g.get("mig_enabled")
+                 for name, count in (g.get("mig_devices") or {}).items() for _ in range(count))
+    whole = sorted(g["uuid"] for g in gpus if not g.get("mig_enabled"))
+    return {"mig": [list(pair) for pair in mig], "gpus": whole}
+
+
+def published_slices(slices, node_name):
+    """The node's ResourceSlices of gpu.nvidia.com (newest pool generation) in expected_slices()' shape."""
+    ours = [s for s in slices or () if (s.get("spec") or {}).get("driver") == "gpu.nvidia.com"
+            and (s.get("spec") or {}).get("nodeName") == node_name]
+    if not ours:
+        return {"mig": [], "gpus": []}
+    newest = max((s["spec"].get("pool") or {}).get("generation", 0) for s in ours)
+    mig, whole = [], []
+    for s in ours:
+        if (s["spec"].get("pool") or {}).get("generation", 0) != newest:
+            continue
+        for device in s["spec"].get("devices") or []:
+            attrs = device.get("attributes") or {}
+            kind = (attrs.get("type") or {}).get("string")
+            if kind == "mig":
+                mig.append([(attrs.get("parentUUID") or {}).get("string"), (attrs.get("profile") or {}).get("string")])
+            elif kind == "gpu":
+                whole.append((attrs.get("uuid") or {}).get("string"))
+    return {"mig": sorted(mig), "gpus": sorted(whole)}
+
+
+def _labels(node):
+    return dict(((node or {}).get("metadata") or {}).get("labels") or {})
+
+
+def _annotations(node):
+    return dict(((node or {}).get("metadata") or {}).get("annotations") or {})

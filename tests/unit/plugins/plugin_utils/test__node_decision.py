@@ -1,0 +1,243 @@
+"""The mig_node role's decisions (plugins/plugin_utils/_node_decision.py), every branch."""
+
+import pytest
+
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_decision as d
+
+
+def node(labels=None, annotations=None, unschedulable=False, name="gpu-1"):
+    return {"metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
+            "spec": {"unschedulable": unschedulable} if unschedulable else {}}
+
+
+def policy(strategy="single", mig_manager=True, config_name="", device_plugin=True, namespace="gpu-operator"):
+    return {"metadata": {"name": "cluster-policy"}, "status": {"namespace": namespace},
+            "spec": {"mig": {"strategy": strategy}, "devicePlugin": {"enabled": device_plugin},
+                     "migManager": {"enabled": mig_manager, "config": {"name": config_name}}}}
+
+
+def info(mode=False, geometry=False, planned=None, in_step=True, wants_mig=True):
+    return {"change": {"mode": mode, "geometry": geometry, "any": mode or geometry}, "wants_mig": wants_mig,
+            "planned": planned or [{"index": 0, "name": "A100", "mig_enabled": True, "devices": {"3g.20gb": 2}}],
+            "restore": {"in_step": in_step}}
+
+
+SETTINGS = {"host": "gpu-1", "kubernetes": True, "strategy": "", "operator_mode": "auto", "source": "mig_node_layouts",
+            "config_label": "all-3g", "cordoned_annotation": "gpuops.mig/cordoned"}
+
+
+def settings(**kw):
+    return dict(SETTINGS, **kw)
+
+
+# -- the operator ------------------------------------------------------------------
+
+def test_no_clusterpolicy_means_no_operator():
+    assert d.operator_view([], node())["present"] is False
+
+
+def test_operator_view_reads_clusterpolicy_and_the_node_label():
+    view = d.operator_view([policy(config_name="custom-mig")], node({d.LABEL_MIG_MANAGER: "true"}))
+    assert view["namespace"] == "gpu-operator" and view["mig_strategy"] == "single"
+    assert view["mig_manager"] == {"enabled": True, "on_node": True, "deploy_label": "true",
+                                   "config_maps": ["custom-mig"], "config_default": "all-disabled"}
+    assert view["device_plugin"] is True
+
+
+@pytest.mark.parametrize("label, enabled, on_node", [
+    ("true", True, True), (d.PAUSED, True, True), ("false", True, False), ("", True, False), ("true", False, False)])
+def test_mig_manager_on_node(label, enabled, on_node):
+    view = d.operator_view([policy(mig_manager=enabled)], node({d.LABEL_MIG_MANAGER: label} if label else {}))
+    assert view["mig_manager"]["on_node"] is on_node
+
+
+def test_generated_config_maps_are_tried_before_the_default():
+    view = d.operator_view([policy()], node(name="n7"))
+    assert view["mig_manager"]["config_maps"] == ["n7-mig-config", "default-mig-parted-config"]
+
+
+def dra_ds(gates=None, selector=None, args=None):
+    env = [{"name": "FEATURE_GATES", "value": gates}] if gates else []
+    return {"metadata": {"name": "dra-driver-nvidia-gpu-kubelet-plugin", "namespace": "dra"},
+            "spec": {"template": {"metadata": {"labels": {"app.kubernetes.io/name": d.DRA_APP}},
+                                  "spec": {"nodeSelector": selector or {},
+                                           "containers": [{"name": "gpus", "env": env, "args": args or []}]}}}}
+
+
+@pytest.mark.parametrize("ds, present, dynamic", [
+    (dra_ds(), True, False),
+    (dra_ds("DynamicMIG=true"), True, True),
+    (dra_ds("MPSSupport=true,DynamicMIG=false"), True, False),
+    (dra_ds(args=["--feature-gates", "DynamicMIG=true"]), True, True),
+    (dra_ds("DynamicMIG=true", selector={"dra": "yes"}), False, None),   # not on this node
+])
+def test_dra_driver_and_its_dynamic_mig_gate(ds, present, dynamic):
+    view = d.operator_view([], node({"gpu": "yes"}), [ds])["dra"]
+    assert view["present"] is present
+    if present:
+        assert view["dynamic_mig"] is dynamic
+
+
+def test_dynamic_mig_is_refused():
+    operator = d.operator_view([], node(), [dra_ds("DynamicMIG=true")])
+    with pytest.raises(d.DecisionError, match="DynamicMIG feature gate, which destroys MIG devices"):
+        d.decide(info(geometry=True), node(), operator, settings())
+
+
+# -- settings ------------------------------------------------------------------------
+
+def test_strategy_declared_operator_default():
+    assert d.effective_strategy("", {"present": False}, "h") == "mixed"
+    assert d.effective_strategy("", d.operator_view([policy("single")]), "h") == "single"
+    assert d.effective_strategy("single", d.operator_view([policy("single")]), "h") == "single"
+    with pytest.raises(d.DecisionError, match="'mixed' but the GPU Operator's ClusterPolicy cluster-policy has "
+                                              "mig.strategy 'single'"):
+        d.effective_strategy("mixed", d.operator_view([policy("single")]), "h")
+    with pytest.raises(d.DecisionError, match="must be none, single or mixed"):
+        d.effective_strategy("both", {"present": False}, "h")
+
+
+def test_operator_modes():
+    on = d.operator_view([policy()], node({d.LABEL_MIG_MANAGER: "true"}))
+    off = d.operator_view([policy()], node({d.LABEL_MIG_MANAGER: "false"}))
+    none = {"present": False}
+    assert d.operator_mode("auto", none, "mig_node_layouts", "h") == "none"
+    assert d.operator_mode("takeover", none, "mig_node_layouts", "h") == "none"
+    assert d.operator_mode("auto", on, "configmap", "h") == "mig-manager"
+    assert d.operator_mode("auto", off, "mig_node_layouts", "h") == "takeover"
+    assert d.operator_mode("takeover", on, "configmap", "h") == "takeover"
+    assert d.operator_mode("mig-manager", on, "configmap", "h") == "mig-manager"
+    with pytest.raises(d.DecisionError, match="would be fought over"):
+        d.operator_mode("auto", on, "mig_node_layouts", "h")
+    with pytest.raises(d.DecisionError, match="does not run on this node .its label nvidia.com/gpu.deploy.mig-manager is false"):
+        d.operator_mode("mig-manager", off, "configmap", "h")
+    with pytest.raises(d.DecisionError, match="no GPU Operator ClusterPolicy"):
+        d.operator_mode("mig-manager", none, "configmap", "h")
+    with pytest.raises(d.DecisionError, match="must be auto, mig-manager or takeover"):
+        d.operator_mode("yes", none, "configmap", "h")
+
+
+# -- the decision --------------------------------------------------------------------
+
+def test_converged_node_only_fixes_labels():
+    out = d.decide(info(), node({d.LABEL_CONFIG: "old"}), {"present": False}, settings())
+    assert out["path"] == "converged" and out["strategy"] == "mixed" and out["operator_mode"] == "none"
+    assert out["converged_labels"] == {d.LABEL_CONFIG: "all-3g", d.LABEL_STATE: "success"}
+    assert "already in place" in out["summary"]
+    same = d.decide(info(), node({d.LABEL_CONFIG: "all-3g", d.LABEL_STATE: "success"}), None, settings())
+    assert same["converged_labels"] == {}
+
+
+def test_outside_kubernetes_no_labels():
+    out = d.decide(info(), None, None, settings(kubernetes=False))
+    assert out["converged_labels"] == {} and out["cordoned_earlier"] is False
+
+
+def test_reconfigure_and_what_it_says():
+    out = d.decide(info(mode=True, geometry=True), node(annotations={"gpuops.mig/cordoned": "true"},
+                                                          unschedulable=True), None, settings())
+    assert out["path"] == "reconfigure" and out["cordoned_earlier"] and out["unschedulable"]
+    assert out["summary"] == "gpu-1: layout 'all-3g' is not in place: MIG mode change and geometry change needed."
+
+
+def test_driving_mig_manager():
+    operator = d.operator_view([policy("mixed")], node({d.LABEL_MIG_MANAGER: "true"}))
+    out = d.decide(info(geometry=True), node({d.LABEL_MIG_MANAGER: "true"}), operator, settings(source="configmap"))
+    assert out["path"] == "mig-manager" and out["persist"] is False and out["switch_off_mig_manager"] is False
+    assert "applied by the GPU Operator's mig-manager" in out["summary"]
+    converged = d.decide(info(), node({d.LABEL_MIG_MANAGER: "true", d.LABEL_CONFIG: "x"}), operator,
+                         settings(source="configmap"))
+    assert converged["converged_labels"] == {d.LABEL_CONFIG: "all-3g"}    # mig-manager writes the state
+
+
+def test_takeover_switches_mig_manager_off_once():
+    labels = {d.LABEL_MIG_MANAGER: "true"}
+    operator = d.operator_view([policy("mixed")], node(labels))
+    out = d.decide(info(geometry=True), node(labels), operator, settings(operator_mode="takeover"))
+    assert out["path"] == "reconfigure" and out["switch_off_mig_manager"] is True and out["persist"] is True
+    labels = {d.LABEL_MIG_MANAGER: "false"}
+    out = d.decide(info(), node(labels), d.operator_view([policy("mixed")], node(labels)), settings())
+    assert out["operator_mode"] == "takeover" and out["switch_off_mig_manager"] is False
+
+
+@pytest.mark.parametrize("planned, ok", [
+    ([{"index": 0, "name": "A", "mig_enabled": True, "devices": {"1g.10gb": 7}}] * 2, True),
+    ([{"index": 0, "name": "A", "mig_enabled": False, "devices": {}}] * 2, True),
+    ([{"index": 0, "name": "A", "mig_enabled": True, "devices": {"1g.10gb": 3, "2g.20gb": 2}}], False),
+    ([{"index": 0, "name": "A", "mig_enabled": True, "devices": {"1g.10gb": 7}},
+      {"index": 1, "name": "A", "mig_enabled": False, "devices": {}}], False),
+    ([{"index": 0, "name": "A", "mig_enabled": True, "devices": {}}], False),
+])
+def test_single_strategy_rule(planned, ok):
+    problem = d.single_strategy_problem(planned, "x", "h")
+    assert (problem is None) is ok
+    if not ok:
+        with pytest.raises(d.DecisionError, match="Nothing was changed"):
+            d.decide(info(planned=planned), None, None, settings(strategy="single"))
+
+
+# -- the config from the cluster ------------------------------------------------------
+
+def cm(name, data):
+    return {"metadata": {"name": name}, "data": data}
+
+
+def test_config_from_configmaps():
+    maps = [cm("default-mig-parted-config", {"config.yaml": "a"}), cm("n7-mig-config", {"config.yaml": "b"})]
+    got = d.config_from_configmaps(maps, ["n7-mig-config", "default-mig-parted-config"], "gpu-operator",
+                                   "config.yaml", "n7")
+    assert got["config"] == "b" and got["origin"] == "ConfigMap gpu-operator/n7-mig-config (key config.yaml)"
+    missing = d.config_from_configmaps(maps, ["nope"], "gpu-operator", "config.yaml", "n7")
+    assert missing["error"] == "n7: no ConfigMap nope in namespace gpu-operator holds the MIG config. Nothing was changed."
+    nokey = d.config_from_configmaps([cm("x", {"other": "1"})], ["x"], "ns", "config.yaml", "n7")
+    assert nokey["error"] == "n7: ConfigMap ns/x has no key 'config.yaml' (it has: other). Nothing was changed."
+
+
+# -- what the node advertises ---------------------------------------------------------
+
+GPUS = [{"name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-a", "mig_enabled": True, "mig_devices": {"3g.20gb": 2}},
+        {"name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-b", "mig_enabled": False, "mig_devices": {}}]
+
+
+def test_expected_advertisement_per_strategy():
+    assert d.expected_advertisement(GPUS, "none") == {
+        "resources": {"nvidia.com/gpu": "2"},
+        "labels": {"nvidia.com/gpu.count": "2", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}}
+    assert d.expected_advertisement(GPUS, "mixed") == {
+        "resources": {"nvidia.com/gpu": "1", "nvidia.com/mig-3g.20gb": "2"},
+        "labels": {"nvidia.com/gpu.count": "1", "nvidia.com/mig.strategy": "mixed", "nvidia.com/mig-3g.20gb.count": "2"}}
+    assert d.expected_advertisement(GPUS[:1], "single") == {
+        "resources": {"nvidia.com/gpu": "2"},
+        "labels": {"nvidia.com/mig.strategy": "single", "nvidia.com/gpu.count": "2",
+                   "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb"}}
+    assert d.expected_advertisement(GPUS, "single")["resources"] == {}      # the plugin refuses a mix
+    assert d.expected_advertisement(GPUS, "mixed", with_labels=False)["labels"] == {}
+
+
+def test_advertised_reads_only_what_is_expected():
+    expected = d.expected_advertisement(GPUS, "mixed")
+    n = node({"nvidia.com/gpu.count": "1", "other": "x"})
+    n["status"] = {"allocatable": {"cpu": "8", "nvidia.com/gpu": "1", "nvidia.com/mig-1g.5gb": "0",
+                                   "nvidia.com/mig-3g.20gb": "2"}}
+    assert d.advertised(n, expected) == {"resources": {"nvidia.com/gpu": "1", "nvidia.com/mig-3g.20gb": "2"},
+                                         "labels": {"nvidia.com/gpu.count": "1"}}
+
+
+def test_slices_compare_newest_generation():
+    def dev(kind, uuid=None, parent=None, profile=None):
+        attrs = {"type": {"string": kind}}
+        if uuid:
+            attrs["uuid"] = {"string": uuid}
+        if parent:
+            attrs["parentUUID"] = {"string": parent}
+            attrs["profile"] = {"string": profile}
+        return {"name": "x", "attributes": attrs}
+
+    def slice_(gen, devices, node_name="gpu-1"):
+        return {"spec": {"driver": "gpu.nvidia.com", "nodeName": node_name, "pool": {"generation": gen},
+                         "devices": devices}}
+    slices = [slice_(1, [dev("gpu", uuid="GPU-a")]),
+              slice_(2, [dev("mig", parent="GPU-a", profile="3g.20gb")] * 2 + [dev("gpu", uuid="GPU-b")]),
+              slice_(5, [dev("gpu", uuid="GPU-z")], node_name="other")]
+    assert d.published_slices(slices, "gpu-1") == d.expected_slices(GPUS)
+    assert d.published_slices([], "gpu-1") == {"mig": [], "gpus": []}
