@@ -165,6 +165,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.mig.plugins.module_utils import _boot_restore as boot_restore
 from ansible_collections.gpuops.mig.plugins.module_utils._nvml import DRIVER_ROOT_AUTO
 
+
 def paths_of(params):
     return boot_restore.paths_of(params)
 

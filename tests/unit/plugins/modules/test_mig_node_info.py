@@ -2,7 +2,6 @@
 
 import pytest
 
-import gpuops_mig_sim as sim
 from ansible_collections.gpuops.mig.plugins.modules import mig_boot_restore, mig_node_info
 
 LAYOUT = [{"gpus": "all", "devices": {"3g.40gb": 2}}]
