@@ -9,6 +9,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_decision as decision
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _rollout_report as rollout_report
 
 
 def _wrap(function):
@@ -36,6 +37,8 @@ class FilterModule(object):
             "mig_operator_view": _wrap(decision.operator_view),
             "mig_node_decision": node_decision,
             "mig_config_from_configmaps": decision.config_from_configmaps,
+            "mig_node_report": rollout_report.node_report,
+            "mig_fleet_summary": rollout_report.fleet_summary,
             "mig_expected_advertisement": _wrap(decision.expected_advertisement),
             "mig_advertised": _wrap(decision.advertised),
             "mig_expected_slices": _wrap(decision.expected_slices),

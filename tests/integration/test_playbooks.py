@@ -100,3 +100,45 @@ def test_a_config_file_that_defines_a_name_twice_is_refused_before_any_change(ku
     assert fleet.digest("gpu-dup") == before
     node = kube_api.get("Node", "gpu-dup")
     assert STATE not in node["metadata"]["labels"] and not node["spec"].get("unschedulable")
+
+
+def _play_hosts(stdout, play):
+    """The hosts that ran any task in the play whose name starts with ``play``."""
+    hosts = set()
+    for section in stdout.split("PLAY [")[1:]:
+        if section.startswith(play):
+            hosts.update(line.split("[", 1)[1].split("]", 1)[0].split(" -> ")[0] for line in section.splitlines()
+                         if line.startswith(("ok: [", "changed: [", "fatal: [")))
+    return hosts
+
+
+def test_converged_nodes_never_wait_for_a_batch_and_the_summary_tells(kube_api, kube_env, tmp_path):
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    layout = [{"gpus": "all", "devices": {"1g.10gb": 7}}]
+    for name in ("gpu-a", "gpu-b", "gpu-c"):
+        fleet.add(name, "1xH100-SXM5-80GB", mig_node_layouts=layout)
+    first = fleet.run("playbooks/site.yml", {"gpuops_mig_serial": "1", "gpuops_mig_deploy_device_plugin": "false",
+                                             "mig_node_validate": "false"}, limit="gpu-a")
+    assert first.recap["gpu-a"]["failed"] == 0, output(first)
+
+    site = fleet.run("playbooks/site.yml", {"gpuops_mig_serial": "1", "gpuops_mig_deploy_device_plugin": "false",
+                                            "mig_node_validate": "false"})
+    assert all(site.recap[n]["failed"] == 0 for n in ("gpu-a", "gpu-b", "gpu-c")), output(site)
+    assert ("2 node(s) to change (gpu-b, gpu-c), 1 already converged." in site.stdout
+            or "2 node(s) to change (gpu-c, gpu-b), 1 already converged." in site.stdout), output(site)
+    assert _play_hosts(site.stdout, "Roll the MIG layout out") == {"gpu-b", "gpu-c"}
+    assert _play_hosts(site.stdout, "Finish the converged nodes") == {"gpu-a"}
+    batches = sorted(line.strip().strip('"') for line in site.stdout.splitlines() if '"msg": "Batch ' in line)
+    assert [b.split('"Batch ', 1)[1][:1] for b in batches] == ["1", "2"], batches
+    assert all("(1 of 2 node(s) to change)." in b for b in batches), batches
+    # The summary: one row per node, created devices counted.
+    rows = [line for line in site.stdout.splitlines() if line.strip().strip('",').startswith("gpu-")]
+    assert any("gpu-a" in r and "converged" in r for r in rows), rows
+    assert any("gpu-b" in r and "changed" in r and " 7 " in r for r in rows), rows
+
+    again = fleet.run("playbooks/site.yml", {"gpuops_mig_serial": "1", "gpuops_mig_deploy_device_plugin": "false",
+                                             "mig_node_validate": "false"})
+    assert all(again.recap[n]["changed"] == 0 and again.recap[n]["failed"] == 0
+               for n in ("gpu-a", "gpu-b", "gpu-c")), output(again)
+    assert _play_hosts(again.stdout, "Roll the MIG layout out") == set()
+    assert "0 node(s) to change (none), 3 already converged." in again.stdout

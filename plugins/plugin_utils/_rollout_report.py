@@ -1,0 +1,60 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the gpuops.mig collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The rollout's per-node report and the fleet summary table site.yml prints and hands to AWX."""
+
+from __future__ import annotations
+
+import datetime
+
+COLUMNS = ("node", "outcome", "path", "mode changes", "destroyed", "created", "reboots", "seconds")
+
+
+def node_report(decision, mode=None, geometry=None, rebooted=False, started=None, outcome=None):
+    """One node's row: outcome converged/changed/failed, GPUs whose mode changed, devices destroyed and created."""
+    plans = [g.get("plan") or {} for g in (geometry or {}).get("gpus") or []]
+    changed_modes = [g for g in (mode or {}).get("gpus") or [] if g.get("changed")]
+    return {
+        "outcome": outcome or ("converged" if (decision or {}).get("path") == "converged" else "changed"),
+        "path": (decision or {}).get("path"),
+        "mode_changes": len(changed_modes),
+        "destroyed": sum(p.get("destroyed_devices", 0) for p in plans),
+        "created": sum(p.get("created_devices", 0) for p in plans),
+        "reboots": 1 if rebooted else 0,
+        "seconds": _seconds_since(started),
+    }
+
+
+def _seconds_since(started):
+    if not started:
+        return None
+    try:
+        begin = datetime.datetime.fromisoformat(str(started))
+    except ValueError:
+        return None
+    now = datetime.datetime.now(begin.tzinfo) if begin.tzinfo else datetime.datetime.now()
+    return round((now - begin).total_seconds(), 1)
+
+
+def fleet_summary(reports, hosts):
+    """Rows for every host (a host with no report did not finish: failed or never reached), and totals."""
+    rows = []
+    for host in sorted(hosts):
+        report = reports.get(host)
+        row = dict(node=host, **(report or {"outcome": "failed", "path": None, "mode_changes": None,
+                                               "destroyed": None, "created": None, "reboots": None,
+                                               "seconds": None}))
+        rows.append(row)
+    totals = {}
+    for row in rows:
+        totals[row["outcome"]] = totals.get(row["outcome"], 0) + 1
+    return {"nodes": rows, "totals": totals, "table": table(rows)}
+
+
+def table(rows):
+    """A fixed-width text table of the rows."""
+    keys = ("node", "outcome", "path", "mode_changes", "destroyed", "created", "reboots", "seconds")
+    cells = [list(COLUMNS)] + [["-" if r.get(k) is None else str(r.get(k)) for k in keys] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(keys))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in cells]
