@@ -1,0 +1,144 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the gpuops.mig collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""What a converged fleet costs: playbooks/site.yml against N simulated hosts, next to a ping sweep.
+
+Hosts are simulated GPU hosts with connection local (examples/simulated-fleet's
+group_vars), registered as nodes of the Kubernetes API emulator, as in the
+integration tests. For each N, in one run: a bare `ansible -m ping` of the hosts,
+the first rollout (every node changes), and a converged re-run; the ratios of
+the rollout and the re-run to ping, and the controller's peak RSS during the
+converged re-run (getrusage of the children: the largest single process, i.e.
+ansible-playbook itself, not the sum over its forks).
+
+Usage (from the repository root, after scripts/setup.sh):
+    .venv/bin/python bench/bench_fleet.py [--hosts 8,32,64] [--serial 25%] [--forks 16] [--write-docs]
+
+--write-docs replaces the results section of docs/rollout.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import pathlib
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "simulator"))
+
+from tests.integration.test_roles import Fleet  # noqa: E402  (the integration tests' fleet, reused)
+from tests.support.kubeapi import KubeAPI  # noqa: E402
+
+BIN = os.path.dirname(sys.executable)
+LAYOUT = [{"gpus": "all", "devices": {"3g.40gb": 2}}]
+DOCS = os.path.join(REPO, "docs", "rollout.md")
+MARK_BEGIN = "<!-- bench_fleet results begin -->"
+MARK_END = "<!-- bench_fleet results end -->"
+
+
+def kube_env(api, scratch):
+    env = dict(os.environ)
+    env.update(KUBECONFIG=api.kubeconfig, K8S_AUTH_KUBECONFIG=api.kubeconfig,
+               KUBECACHEDIR=str(scratch / "kube-cache"), TMPDIR=str(scratch),
+               PATH=BIN + os.pathsep + env.get("PATH", ""))
+    return env
+
+
+def timed(cmd, env):
+    """(seconds, peak RSS in MiB of the children, completed process) for one command."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    start = time.monotonic()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    seconds = time.monotonic() - start
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    if proc.returncode != 0:
+        raise SystemExit("%s failed:\n%s" % (" ".join(cmd), (proc.stdout + proc.stderr)[-4000:]))
+    return seconds, max(peak, before) / 1024.0, proc
+
+
+def measure(hosts, serial, forks):
+    with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
+        tmp = pathlib.Path(tmp)
+        (tmp / "scratch").mkdir()
+        api = KubeAPI().start()
+        try:
+            api.write_kubeconfig(tmp / "kubeconfig")
+            fleet = Fleet(tmp, api, kube_env(api, tmp / "scratch"))
+            fleet.env["ANSIBLE_FORKS"] = str(forks)
+            for i in range(hosts):
+                fleet.add("gpu-%03d" % i, "1xH100-SXM5-80GB", mig_node_layouts=LAYOUT)
+            inventory = fleet.inventory()
+            extra = ["-e", '{"gpuops_mig_serial": "%s", "gpuops_mig_deploy_device_plugin": false, '
+                           '"mig_node_validate": false}' % serial]
+            ping, _rss, _ = timed([os.path.join(BIN, "ansible"), "-i", inventory, "gpu_nodes", "-m", "ping"],
+                                  fleet.env)
+            site = [os.path.join(BIN, "ansible-playbook"), "-i", inventory, os.path.join(REPO, "playbooks", "site.yml")]
+            first, _rss, _ = timed(site + extra, fleet.env)
+            again, rss, proc = timed(site + extra, fleet.env)
+            if not re.search(r"changed=0 ", proc.stdout) or re.search(r"changed=[1-9]", proc.stdout):
+                raise SystemExit("the re-run changed something:\n" + proc.stdout[-3000:])
+        finally:
+            api.stop()
+    return {"hosts": hosts, "ping": ping, "first": first, "converged": again, "rss": rss}
+
+
+def table(rows, serial, forks):
+    lines = ["| hosts | ping | first rollout | converged re-run | converged / ping | first / ping |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append("| %d | %.1f s | %.1f s | %.1f s | %.2f | %.1f |" % (
+            r["hosts"], r["ping"], r["first"], r["converged"], r["converged"] / r["ping"], r["first"] / r["ping"]))
+    lines.append("")
+    lines.append("Peak RSS of the controller's largest process (ansible-playbook) during the converged re-run: "
+                 + ", ".join("%d hosts %.0f MiB" % (r["hosts"], r["rss"]) for r in rows) + ".")
+    lines.append("")
+    lines.append("Measured %s on %s, Python %s, %d CPU(s); `gpuops_mig_serial=%s`, forks %d, one H100 per host "
+                 "(layout `3g.40gb: 2`), device-plugin validation off. Command: "
+                 "`.venv/bin/python bench/bench_fleet.py --hosts %s --serial %s --forks %d --write-docs`."
+                 % (time.strftime("%Y-%m-%d"), platform.platform(terse=True), platform.python_version(),
+                    os.cpu_count() or 0, serial, forks, ",".join(str(r["hosts"]) for r in rows), serial, forks))
+    return "\n".join(lines)
+
+
+def write_docs(text):
+    with open(DOCS) as handle:
+        doc = handle.read()
+    block = "%s\n%s\n%s" % (MARK_BEGIN, text, MARK_END)
+    if MARK_BEGIN in doc:
+        doc = re.sub(re.escape(MARK_BEGIN) + ".*?" + re.escape(MARK_END), lambda _m: block, doc, flags=re.S)
+    else:
+        doc = doc.rstrip("\n") + "\n\n## What a converged fleet costs (bench/bench_fleet.py)\n\n" + block + "\n"
+    with open(DOCS, "w") as handle:
+        handle.write(doc)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", default="8,32,64")
+    parser.add_argument("--serial", default="25%")
+    parser.add_argument("--forks", type=int, default=16)
+    parser.add_argument("--write-docs", action="store_true")
+    args = parser.parse_args()
+    rows = []
+    for hosts in [int(h) for h in args.hosts.split(",")]:
+        row = measure(hosts, args.serial, args.forks)
+        print("%(hosts)d hosts: ping %(ping).1f s, first %(first).1f s, converged %(converged).1f s, "
+              "peak RSS %(rss).0f MiB" % row, flush=True)
+        rows.append(row)
+    text = table(rows, args.serial, args.forks)
+    print(text)
+    if args.write_docs:
+        write_docs(text)
+
+
+if __name__ == "__main__":
+    main()
