@@ -727,8 +727,9 @@ def _exact(models, dims, whole_floor, budget):
     for state, (touched, destroyed, neg, picks) in fleet.items():
         if state[-1] < whole_floor:
             continue
-        unmet = sum(c - s for c, s in zip(caps[:-1], state[:-1]))
-        rank = (unmet, touched, destroyed, neg, state)
+        unmet = sum(max(0, d.count - s) for d, s in zip(dims, state[:-1]))
+        spare_unmet = sum(c - s for c, s in zip(caps[:-1], state[:-1])) - unmet
+        rank = (unmet, spare_unmet, touched, destroyed, neg, state)
         if best is None or rank < best[0]:
             best = (rank, picks)
     if best is None:
@@ -1060,8 +1061,9 @@ def _build(models, dims, choice_by_node, method, skipped, unresolved, whole_poli
         "notes": notes,
     }
     if method == "greedy":
-        deficit = sum(d.total for d in dims)
-        report["nodes_touched_lower_bound"] = _lower_bound_nodes(models, dims, deficit - _current_cover(models, dims))
+        # Any plan that supplies as much as this one must touch at least this many nodes.
+        gained = sum(d.total - r for d, r in zip(dims, remaining)) - _current_cover(models, dims)
+        report["nodes_touched_lower_bound"] = _lower_bound_nodes(models, dims, gained)
     return {"version": 1, "nodes": out_nodes, "report": report, "mig_parted": mig_parted}
 
 
@@ -1099,3 +1101,171 @@ def _gpu_result(gpu, option):
     info.update(mig_enabled=True, after=after, changed=True, destroyed=plan.destroyed_devices,
                 created=plan.created_devices + 0, largest_free_range=layout.largest_free_range(geometry, plan.result))
     return info
+
+
+# --------------------------------------------------------------------------
+# Demand from the cluster
+# --------------------------------------------------------------------------
+
+_FINISHED = ("Succeeded", "Failed")
+
+
+def _pod_requests(pod):
+    """{resource: quantity} a pod asks for (limits, else requests; summed over its containers)."""
+    out = {}
+    spec = pod.get("spec") or {}
+    for container in spec.get("containers") or []:
+        resources = container.get("resources") or {}
+        asked = dict(resources.get("requests") or {})
+        asked.update(resources.get("limits") or {})
+        for resource, quantity in asked.items():
+            if resource.startswith(_RESOURCE_PREFIX) or resource == _WHOLE_RESOURCE:
+                try:
+                    out[resource] = out.get(resource, 0) + int(str(quantity))
+                except ValueError:
+                    raise PlanInputError("pod %s asks for %s %r, which is not a whole number"
+                                         % (_pod_name(pod), resource, quantity))
+    return out
+
+
+def _pod_name(pod):
+    meta = pod.get("metadata") or {}
+    return "%s/%s" % (meta.get("namespace", "default"), meta.get("name", "?"))
+
+
+def _single_profile(pod, default):
+    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+    product = selector.get("nvidia.com/gpu.product", "")
+    if "-MIG-" in product:
+        return product.rsplit("-MIG-", 1)[1]
+    return default
+
+
+def demand_from_pods(pods, strategy="mixed", node_names=None, single_profile=None, fleet=None):
+    """Pending MIG requests and devices in use, from pod manifests (kubernetes.core.k8s_info resources).
+
+    Returns (demand items, in_use {inventory node: {device name: count}}, whole-GPU pods pending,
+    unresolved [{request, count, reason, sources}]).
+
+    mixed: nvidia.com/mig-<profile> is a MIG device ('.' in the resource stands for '+');
+    nvidia.com/gpu is a whole GPU. single: nvidia.com/gpu is a MIG device of the node's one
+    profile; for a pending pod the profile comes from its nodeSelector
+    nvidia.com/gpu.product (<model>-MIG-<profile>), else ``single_profile``, else it is unresolved.
+    ``node_names`` maps Kubernetes node names to inventory names (default: the same).
+    """
+    if strategy not in ("mixed", "single"):
+        raise PlanInputError("strategy must be mixed or single, got %r" % (strategy,))
+    node_names = node_names or {}
+    demand = {}
+    sources = {}
+    in_use = {}
+    whole_pending = 0
+    unresolved = []
+    for pod in pods or []:
+        if not isinstance(pod, Mapping):
+            raise PlanInputError("pods must be pod manifests (mappings), got %r" % (pod,))
+        status = pod.get("status") or {}
+        if status.get("phase") in _FINISHED:
+            continue
+        asked = _pod_requests(pod)
+        if not asked:
+            continue
+        node = (pod.get("spec") or {}).get("nodeName")
+        name = _pod_name(pod)
+        for resource, quantity in sorted(asked.items()):
+            if quantity <= 0:
+                continue
+            if resource == _WHOLE_RESOURCE and strategy == "mixed":
+                if node:
+                    host = node_names.get(node, node)
+                    in_use.setdefault(host, {})[WHOLE] = in_use.get(host, {}).get(WHOLE, 0) + quantity
+                else:
+                    whole_pending += quantity
+                continue
+            if resource == _WHOLE_RESOURCE:
+                profile = None
+                if node:
+                    profile = _node_single_profile(fleet, node_names.get(node, node))
+                else:
+                    profile = _single_profile(pod, single_profile)
+                if profile is None:
+                    unresolved.append({"request": resource, "count": quantity, "sources": [name],
+                                       "reason": "under the single strategy a pending pod's MIG profile comes from "
+                                                 "its nodeSelector nvidia.com/gpu.product (<model>-MIG-<profile>) "
+                                                 "or the single_profile option; neither is set"})
+                    continue
+            else:
+                profile = profile_from_resource(resource)
+            if node:
+                host = node_names.get(node, node)
+                in_use.setdefault(host, {})[profile] = in_use.get(host, {}).get(profile, 0) + quantity
+            else:
+                demand[profile] = demand.get(profile, 0) + quantity
+                sources.setdefault(profile, []).append(name)
+    items = [{"profile": p, "count": c, "strict": False, "source": ", ".join(sources[p])}
+             for p, c in sorted(demand.items())]
+    return items, in_use, whole_pending, unresolved
+
+
+def _node_single_profile(fleet, host):
+    facts = (fleet or {}).get(host)
+    if isinstance(facts, Mapping) and "gpuops_mig" in facts:
+        facts = facts["gpuops_mig"]
+    names = set()
+    for gpu in (facts or {}).get("gpus") or []:
+        names.update((gpu.get("mig_devices") or {}).keys())
+    return names.pop() if len(names) == 1 else None
+
+
+# --------------------------------------------------------------------------
+# Views
+# --------------------------------------------------------------------------
+
+def _counts_text(counts):
+    return ", ".join("%s x%d" % item for item in counts.items()) or "-"
+
+
+def plan_table(plan):
+    """The plan as lines of text for a person: one line per GPU, then the demand and the totals."""
+    rows = ["%-16s %-4s %-24s %-8s %-30s %-30s %s" % ("NODE", "GPU", "MODEL", "ACTION", "BEFORE", "AFTER",
+                                                      "DESTROY/CREATE")]
+    for node, data in sorted(plan["nodes"].items()):
+        for i, gpu in enumerate(data["gpus"]):
+            before = _counts_text(gpu["before"]) if gpu["mig_enabled_before"] else "MIG off"
+            after = _counts_text(gpu["after"]) if gpu["mig_enabled"] else "MIG off"
+            action = "change" if gpu["changed"] else ("keep" if data["touchable"] else "frozen")
+            rows.append("%-16s %-4s %-24s %-8s %-30s %-30s %s" % (
+                node if i == 0 else "", gpu["index"], gpu["name"][:24], action, before, after,
+                "%d/%d" % (gpu["destroyed"], gpu["created"]) if gpu["changed"] else "-"))
+        if not data["gpus"]:
+            rows.append("%-16s %s" % (node, "no MIG-capable GPU"))
+    report = plan["report"]
+    rows.append("")
+    rows.append("%-36s %9s %5s %5s" % ("DEMAND", "REQUESTED", "MET", "UNMET"))
+    for row in report["demand"]:
+        rows.append("%-36s %9d %5d %5d" % (row["request"][:36], row["requested"], row["met"], row["unmet"]))
+    for item in report["unresolved"]:
+        rows.append("%-36s %9d %5d %5d  %s" % (item["request"][:36], item["count"], 0, item["count"], item["reason"]))
+    rows.append("")
+    rows.append("demand met: %s; nodes touched: %d (%s); devices destroyed: %d, created: %d; busy devices kept: %d; "
+                "GPUs left whole: %d; search: %s" % (
+                    "yes" if report["demand_met"] else "no (%d devices short)" % report["unmet_devices"],
+                    report["nodes_touched_count"], ", ".join(report["nodes_touched"]) or "none",
+                    report["devices_destroyed"], report["devices_created"], len(report["busy_devices_kept"]),
+                    len(report["gpus_left_whole"]), report["method"]))
+    for skipped in report["skipped_nodes"]:
+        rows.append("skipped %s: %s" % (skipped["node"], skipped["reason"]))
+    for note in report["notes"]:
+        rows.append("note: %s" % note)
+    return rows
+
+
+def vars_file_data(plan):
+    """What site.yml -e @file reads: gpuops_mig_plan with version, nodes (layouts, config_label, touched), report."""
+    return {"gpuops_mig_plan": {
+        "version": 1,
+        "nodes": dict((node, {"layouts": data["layouts"], "config_label": data["config_label"],
+                              "touched": data["touched"]})
+                      for node, data in sorted(plan["nodes"].items())),
+        "report": plan["report"],
+    }}
