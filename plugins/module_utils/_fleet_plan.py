@@ -290,7 +290,7 @@ def _profile_gib(profile, geometry):
     return int(match.group(1)) if match else 0
 
 
-def _parse_demand(demand, node_groups, policy_spare, nodes, strict_default=True):
+def _parse_demand(demand, node_groups, policy_spare, strict_default=True):
     """Demand items -> [_Dim]; unknown profiles in explicit demand raise."""
     items = []
     if demand is None:
@@ -552,7 +552,7 @@ def _option_order(o):
 class _NodeModel(object):
     """What one node can supply: names it can serve, floors, its GPUs' options."""
 
-    def __init__(self, name, gpus, dims, in_use, touchable, whole_dim):
+    def __init__(self, name, gpus, dims, in_use, touchable):
         self.name = name
         self.gpus = gpus
         self.touchable = touchable
@@ -826,7 +826,7 @@ def _greedy(models, dims, whole_floor):
                 heapq.heappush(heap, (-g[0], g[1], -g[2], node.name, g))
     by_name = dict((n.name, n) for n in models)
     while heap and sum(remaining) > 0:
-        neg_gain, destroyed, neg_contig, name, stale = heapq.heappop(heap)
+        name = heapq.heappop(heap)[3]
         node = by_name[name]
         g = gain_of(node)
         if g is None or g[0] <= 0:
@@ -836,11 +836,11 @@ def _greedy(models, dims, whole_floor):
             continue
         if whole_now - g[3] < whole_floor:
             continue   # would eat a whole GPU the policy keeps
-        gain, destroyed, dcontig, whole_loss, choices, back = g
+        whole_loss, choices, back = g[3], g[4], g[5]
         # Take it: give back the node's current allocation, then allocate what it now supplies.
         remaining[:] = back
         totals = [0] * len(node.names)
-        for (current, opts), k in zip(node.options, choices):
+        for (dummy, opts), k in zip(node.options, choices):
             for i, v in enumerate(opts[k].vec):
                 totals[i] += v
         current_alloc[name] = _allocate(node, node.free_of(totals), remaining, dims_order)
@@ -906,7 +906,7 @@ def plan_fleet(fleet, demand, policy=None, in_use=None, node_groups=None, exact_
     spare = policy.get("spare") or {}
     if not isinstance(spare, Mapping):
         raise PlanInputError("policy spare must be a mapping of MIG profile to count, got %r" % (spare,))
-    dims = _parse_demand(demand, node_groups, spare, nodes)
+    dims = _parse_demand(demand, node_groups, spare)
     in_use = in_use or {}
     if not isinstance(in_use, Mapping):
         raise PlanInputError("in_use must be a mapping of node to {device name: count}")
@@ -929,8 +929,7 @@ def plan_fleet(fleet, demand, policy=None, in_use=None, node_groups=None, exact_
     for dim in dims:
         if any(dim.accepted_name(geom) for geom, _n in geometries.values()):
             if dim.nodes is not None:
-                absent = sorted(n for n in dim.nodes if n not in nodes)
-                if absent and dim.strict and not (set(dim.nodes) & set(nodes)):
+                if dim.strict and not (set(dim.nodes) & set(nodes)):
                     raise PlanInputError("demand %s names no node of the fleet" % dim.text)
             live_dims.append(dim)
             continue
@@ -944,7 +943,7 @@ def plan_fleet(fleet, demand, policy=None, in_use=None, node_groups=None, exact_
 
     # Whole GPUs: keep the policy's number (or pending whole-GPU pods') free, never below what is there now.
     whole_pending = _count(whole_pending, "pending whole-GPU requests")
-    models = [_NodeModel(name, nodes[name], dims, in_use.get(name), name in touchable, None)
+    models = [_NodeModel(name, nodes[name], dims, in_use.get(name), name in touchable)
               for name in sorted(nodes)]
     whole_free_now = sum(m.whole_free_now for m in models)
     whole_floor = min(whole_policy + whole_pending, whole_free_now)
