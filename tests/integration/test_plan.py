@@ -1,0 +1,104 @@
+"""playbooks/plan.yml against simulated hosts and the Kubernetes API emulator with pending pods."""
+
+import json
+import os
+
+import pytest
+import yaml
+
+import gpuops_mig_sim as sim
+from test_roles import Fleet, output
+from tests.support.kubeapi import seed
+
+pytestmark = pytest.mark.playbook
+
+
+def busy_3g(state):
+    """An H100 with MIG on and a busy 3g.40gb at slices 4-7 (made through pynvml, as any client would)."""
+    from ansible_collections.gpuops.mig.plugins.module_utils._nvml import Nvml
+    old = os.environ.get("GPUOPS_MIG_SIMULATE")
+    os.environ["GPUOPS_MIG_SIMULATE"] = state
+    try:
+        with Nvml() as nvml:
+            gi = nvml.create_gpu_instance(0, 9, 4, 4)
+            nvml.create_compute_instance(0, gi, 2, 0)
+    finally:
+        if old is None:
+            del os.environ["GPUOPS_MIG_SIMULATE"]
+        else:
+            os.environ["GPUOPS_MIG_SIMULATE"] = old
+    sim.add_process(state, 0, pid=4242, gi=gi, ci=0)
+
+
+def make_fleet(tmp_path, kube_api, kube_env):
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    a = fleet.add("gpu-a", "1xH100-SXM5-80GB")
+    sim.create_state(a, "1xH100-SXM5-80GB", seed="gpu-a", mig="enabled", force=True)
+    busy_3g(a)
+    fleet.add("gpu-b", "1xA30-24GB")
+    return fleet
+
+
+def test_plan_from_pending_pods_writes_plan_table_and_vars(kube_api, kube_env, tmp_path):
+    fleet = make_fleet(tmp_path, kube_api, kube_env)
+    kube_api.seed(
+        seed.pod("train-1", limits={"nvidia.com/mig-1g.10gb": 2}, phase="Pending"),
+        seed.pod("infer-1", limits={"nvidia.com/mig-1g.6gb": 1}, phase="Pending"),
+        seed.pod("huge-1", limits={"nvidia.com/mig-7g.999gb": 1}, phase="Pending"),
+        seed.pod("running-1", node="gpu-a", limits={"nvidia.com/mig-3g.40gb": 1}, phase="Running"),
+    )
+    before = {name: fleet.digest(name) for name in ("gpu-a", "gpu-b")}
+    plan_file = tmp_path / "out" / "plan.json"
+    vars_file = tmp_path / "out" / "plan-vars.yml"
+    plan_file.parent.mkdir()
+    run = fleet.run("playbooks/plan.yml", {"gpuops_mig_plan_file": str(plan_file),
+                                           "gpuops_mig_plan_vars_file": str(vars_file)})
+    assert run.returncode == 0, output(run)
+
+    plan = json.loads(plan_file.read_text())
+    a, b = plan["nodes"]["gpu-a"], plan["nodes"]["gpu-b"]
+    assert a["layouts"] == [{"gpus": [0], "mig_enabled": True, "devices": {"1g.10gb": 2, "3g.40gb": 1}}]
+    assert b["layouts"] == [{"gpus": [0], "mig_enabled": True, "devices": {"1g.6gb": 1}}]
+    report = plan["report"]
+    assert report["nodes_touched"] == ["gpu-a", "gpu-b"] and report["devices_destroyed"] == 0
+    assert [d["pids"] for d in report["busy_devices_kept"]] == [[4242]]
+    # The pod asking for a profile no GPU offers is reported, with its name.
+    assert report["unresolved"][0]["request"] == "7g.999gb"
+    assert report["unresolved"][0]["sources"] == ["default/huge-1"]
+    assert report["demand_met"] is False and report["unmet_devices"] == 1
+
+    # The vars file: exactly the contract site.yml reads.
+    data = yaml.safe_load(vars_file.read_text())
+    assert set(data) == {"gpuops_mig_plan"}
+    assert set(data["gpuops_mig_plan"]) == {"version", "nodes", "report"}
+    assert data["gpuops_mig_plan"]["version"] == 1
+    for node in ("gpu-a", "gpu-b"):
+        entry = data["gpuops_mig_plan"]["nodes"][node]
+        assert set(entry) == {"layouts", "config_label", "touched"} and entry["touched"] is True
+        assert entry["layouts"] == plan["nodes"][node]["layouts"]
+
+    # A table for people, on the console and beside the JSON.
+    table = (tmp_path / "out" / "plan.txt").read_text()
+    assert table.splitlines()[0].split()[:4] == ["NODE", "GPU", "MODEL", "ACTION"]
+    assert "7g.999gb" in table and "7g.999gb" in run.stdout
+    # Planning changed no GPU.
+    assert {name: fleet.digest(name) for name in ("gpu-a", "gpu-b")} == before
+
+
+def test_bad_input_and_an_unreachable_node_write_nothing(kube_api, kube_env, tmp_path):
+    fleet = make_fleet(tmp_path, kube_api, kube_env)
+    vars_file = tmp_path / "plan-vars.yml"
+    run = fleet.run("playbooks/plan.yml", {"gpuops_mig_plan_demand": {"1g.10gb": -1},
+                                           "gpuops_mig_plan_file": str(tmp_path / "plan.json"),
+                                           "gpuops_mig_plan_vars_file": str(vars_file)})
+    assert run.returncode != 0
+    assert "MIG plan refused, nothing planned" in run.stdout and "got -1" in run.stdout, output(run)
+    assert not vars_file.exists()
+
+    fleet.hosts["gpu-down"] = {"ansible_python_interpreter": "/nonexistent/python"}
+    run = fleet.run("playbooks/plan.yml", {"gpuops_mig_plan_demand": {"1g.10gb": 1},
+                                           "gpuops_mig_plan_file": str(tmp_path / "plan.json"),
+                                           "gpuops_mig_plan_vars_file": str(vars_file)})
+    assert run.returncode != 0
+    assert "no MIG facts from gpu-down" in run.stdout, output(run)
+    assert not vars_file.exists()
