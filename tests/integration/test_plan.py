@@ -102,3 +102,26 @@ def test_bad_input_and_an_unreachable_node_write_nothing(kube_api, kube_env, tmp
     assert run.returncode != 0
     assert "no MIG facts from gpu-down" in run.stdout, output(run)
     assert not vars_file.exists()
+
+
+def test_site_applies_the_plan_and_the_pending_pods_then_fit(kube_api, kube_env, tmp_path):
+    fleet = make_fleet(tmp_path, kube_api, kube_env)
+    kube_api.seed(
+        seed.pod("train-1", limits={"nvidia.com/mig-1g.10gb": 2}, phase="Pending"),
+        seed.pod("infer-1", limits={"nvidia.com/mig-1g.6gb": 1}, phase="Pending"),
+    )
+    vars_file = tmp_path / "plan-vars.yml"
+    run = fleet.run("playbooks/plan.yml", {"gpuops_mig_plan_file": str(tmp_path / "plan.json"),
+                                           "gpuops_mig_plan_vars_file": str(vars_file)})
+    assert run.returncode == 0, output(run)
+    plan = yaml.safe_load(vars_file.read_text())
+    site = fleet.run("playbooks/site.yml", dict(plan, mig_node_validate_delay="1", mig_node_drain_retry_delay="1"))
+    assert site.returncode == 0, output(site)
+    allocatable = {n: kube_api.get("Node", n)["status"]["allocatable"] for n in ("gpu-a", "gpu-b")}
+    assert int(allocatable["gpu-a"].get("nvidia.com/mig-1g.10gb", 0)) >= 2, allocatable
+    assert int(allocatable["gpu-b"].get("nvidia.com/mig-1g.6gb", 0)) >= 1, allocatable
+    assert int(allocatable["gpu-a"].get("nvidia.com/mig-3g.40gb", 0)) == 1   # the busy device was kept
+    label = plan["gpuops_mig_plan"]["nodes"]["gpu-a"]["config_label"]
+    assert kube_api.get("Node", "gpu-a")["metadata"]["labels"]["nvidia.com/mig.config"] == label
+    again = fleet.run("playbooks/site.yml", plan)
+    assert all(again.recap[n]["changed"] == 0 for n in ("gpu-a", "gpu-b")), output(again)
