@@ -79,10 +79,10 @@ def measure(hosts, serial, forks):
             inventory = fleet.inventory()
             extra = ["-e", '{"gpuops_mig_serial": "%s", "gpuops_mig_deploy_device_plugin": false, '
                            '"mig_node_validate": false}' % serial]
-            ping, _rss, _ = timed([os.path.join(BIN, "ansible"), "-i", inventory, "gpu_nodes", "-m", "ping"],
-                                  fleet.env)
+            ping = timed([os.path.join(BIN, "ansible"), "-i", inventory, "gpu_nodes", "-m", "ping"],
+                                  fleet.env)[0]
             site = [os.path.join(BIN, "ansible-playbook"), "-i", inventory, os.path.join(REPO, "playbooks", "site.yml")]
-            first, _rss, _ = timed(site + extra, fleet.env)
+            first = timed(site + extra, fleet.env)[0]
             again, rss, proc = timed(site + extra, fleet.env)
             if not re.search(r"changed=0 ", proc.stdout) or re.search(r"changed=[1-9]", proc.stdout):
                 raise SystemExit("the re-run changed something:\n" + proc.stdout[-3000:])

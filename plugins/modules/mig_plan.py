@@ -39,8 +39,8 @@ attributes:
 options:
   demand:
     description:
-      - Free MIG devices wanted beyond what running pods hold. A mapping of MIG device name to count
-        (C({"1g.10gb": 12})), or a list of items.
+      - "Free MIG devices wanted beyond what running pods hold. A mapping of MIG device name to count
+        (C({\"1g.10gb\": 12})), or a list of items."
       - "An item is C(profile) (a MIG device name) or a size: C(memory_gib) with C(compute_slices) (default 1),
         mapped per GPU model to its smallest fitting base profile. C(count) (default 1). Optionally C(group)
         (an inventory group, see O(node_groups)) or C(nodes) (a list of inventory hosts) that must supply it."
@@ -88,7 +88,7 @@ options:
     default: {}
   node_groups:
     description:
-      - Groups for demand items with C(group), C({name: [hosts]}). Default the inventory's groups.
+      - "Groups for demand items with C(group), C({name: [hosts]}). Default the inventory's groups."
     type: dict
   k8s_node_names:
     description: Kubernetes node name to inventory host, where they differ.

@@ -314,7 +314,7 @@ def advertised(node, expected):
 def expected_slices(gpus):
     """For NVIDIA's DRA driver: the sorted (parent UUID, profile) pairs of MIG devices, and the whole GPUs."""
     mig = sorted((g["uuid"], name) for g in gpus if g.get("mig_enabled")
-                 for name, count in (g.get("mig_devices") or {}).items() for _ in range(count))
+                 for name, count in (g.get("mig_devices") or {}).items() for _copy in range(count))
     whole = sorted(g["uuid"] for g in gpus if not g.get("mig_enabled"))
     return {"mig": [list(pair) for pair in mig], "gpus": whole}
 

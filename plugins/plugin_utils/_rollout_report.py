@@ -42,9 +42,9 @@ def fleet_summary(reports, hosts):
     rows = []
     for host in sorted(hosts):
         report = reports.get(host)
-        row = dict(node=host, **(report or {"outcome": "failed", "path": None, "mode_changes": None,
-                                               "destroyed": None, "created": None, "reboots": None,
-                                               "seconds": None}))
+        missing = {"outcome": "failed", "path": None, "mode_changes": None, "destroyed": None, "created": None,
+                   "reboots": None, "seconds": None}
+        row = dict(node=host, **(report or missing))
         rows.append(row)
     totals = {}
     for row in rows:

@@ -60,8 +60,9 @@ def facts(index, model, gis=None, mig_enabled=True, processes=None):
         })
         counts[name] = counts.get(name, 0) + 1
     return {"index": index, "name": NAMES[model], "pci_device_id": PCI_IDS[model], "mig_capable": True,
-            "mig_enabled": mig_enabled, "mig_mode": {"current": "enabled" if mig_enabled else "disabled",
-                                                      "pending": "enabled" if mig_enabled else "disabled"},
+            "mig_enabled": mig_enabled,
+            "mig_mode": {"current": "enabled" if mig_enabled else "disabled",
+                         "pending": "enabled" if mig_enabled else "disabled"},
             "gpu_instances": instances if mig_enabled else [], "mig_devices": counts,
             "processes": [{"pid": p, "used_memory_mib": 1} for p in (processes or [])],
             "supported_profiles": supported_profiles(geometry)}
@@ -227,7 +228,7 @@ def oracle(fleet, demand):
 def _geometries(geometry):
     """Every legal multiset of full GI profiles (nos keeps a hand-written table of these per model)."""
     out = []
-    profiles = [p for p in geometry.profiles]
+    profiles = list(geometry.profiles)
 
     def fits(counts):
         need = [(p, c) for p, c in zip(profiles, counts) if c]

@@ -49,8 +49,8 @@ def test_one_model_needs_no_device_filter(sim_host, run_module):
     sim_host("2xH100-SXM5-80GB", mig="disabled")
     config = generate_config(gather(run_module))
     assert all("device-filter" not in e for entries in config["mig-configs"].values() for e in entries)
-    assert config["mig-configs"]["all-3g.40gb"] == [{"devices": "all", "mig-enabled": True,
-                                                      "mig-devices": {"3g.40gb": 2}}]
+    wanted = [{"devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}]
+    assert config["mig-configs"]["all-3g.40gb"] == wanted
 
 
 def test_no_mig_capable_gpu_or_no_profiles_is_a_clear_error():

@@ -134,8 +134,8 @@ def test_outside_kubernetes_no_labels():
 
 
 def test_reconfigure_and_what_it_says():
-    out = d.decide(info(mode=True, geometry=True), node(annotations={"gpuops.mig/cordoned": "true"},
-                                                          unschedulable=True), None, settings())
+    cordoned = node(annotations={"gpuops.mig/cordoned": "true"}, unschedulable=True)
+    out = d.decide(info(mode=True, geometry=True), cordoned, None, settings())
     assert out["path"] == "reconfigure" and out["cordoned_earlier"] and out["unschedulable"]
     assert out["summary"] == "gpu-1: layout 'all-3g' is not in place: MIG mode change and geometry change needed."
 
