@@ -79,8 +79,7 @@ def measure(hosts, serial, forks):
             inventory = fleet.inventory()
             extra = ["-e", '{"gpuops_mig_serial": "%s", "gpuops_mig_deploy_device_plugin": false, '
                            '"mig_node_validate": false}' % serial]
-            ping = timed([os.path.join(BIN, "ansible"), "-i", inventory, "gpu_nodes", "-m", "ping"],
-                                  fleet.env)[0]
+            ping = timed([os.path.join(BIN, "ansible"), "-i", inventory, "gpu_nodes", "-m", "ping"], fleet.env)[0]
             site = [os.path.join(BIN, "ansible-playbook"), "-i", inventory, os.path.join(REPO, "playbooks", "site.yml")]
             first = timed(site + extra, fleet.env)[0]
             again, rss, proc = timed(site + extra, fleet.env)

@@ -76,7 +76,7 @@ options:
     elements: str
   fleet:
     description:
-      - The fleet given directly, C({host: gpuops_mig facts}). Mutually exclusive with O(hosts).
+      - "The fleet given directly, C({host: gpuops_mig facts}). Mutually exclusive with O(hosts)."
     type: dict
   policy:
     description:
