@@ -142,3 +142,51 @@ def test_converged_nodes_never_wait_for_a_batch_and_the_summary_tells(kube_api, 
                for n in ("gpu-a", "gpu-b", "gpu-c")), output(again)
     assert _play_hosts(again.stdout, "Roll the MIG layout out") == set()
     assert "0 node(s) to change (none), 3 already converged." in again.stdout
+
+
+def test_a_node_that_converged_after_the_preview_is_not_drained_in_its_batch(kube_api, kube_env, tmp_path):
+    """The batches decide again: a node previewed as changing whose GPUs reached the layout meanwhile
+    (someone applied it by hand) is finished without cordon, drain or GPU change."""
+    import os
+    import threading
+    from ansible_collections.gpuops.mig.plugins.module_utils._nvml import Nvml
+    from test_roles import node_history
+
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    layout = [{"gpus": "all", "devices": {"3g.40gb": 2}}]
+    first = fleet.add("gpu-1", "1xH100-SXM5-80GB", mig_node_layouts=layout)
+    second = fleet.add("gpu-2", "1xH100-SXM5-80GB", mig_node_layouts=layout)
+    history = node_history(kube_api)
+    done = threading.Event()
+
+    def apply_by_hand(event):   # when gpu-1's batch starts (it is cordoned), gpu-2 gets the layout by hand
+        if event.obj["metadata"]["name"] != "gpu-1" or not (event.obj.get("spec") or {}).get("unschedulable"):
+            return
+        if done.is_set():
+            return
+        done.set()
+        old = os.environ.get("GPUOPS_MIG_SIMULATE")
+        os.environ["GPUOPS_MIG_SIMULATE"] = second
+        try:
+            with Nvml() as nvml:
+                nvml.set_mig_mode(0, 1)
+                for start in (0, 4):
+                    gi = nvml.create_gpu_instance(0, 9, start, 4)
+                    nvml.create_compute_instance(0, gi, 2, 0)
+        finally:
+            if old is None:
+                del os.environ["GPUOPS_MIG_SIMULATE"]
+            else:
+                os.environ["GPUOPS_MIG_SIMULATE"] = old
+    kube_api.on("modified", apply_by_hand, kind="Node")
+    before = fleet.digest("gpu-2")
+
+    site = fleet.run("playbooks/site.yml", {"gpuops_mig_serial": "1", "gpuops_mig_deploy_device_plugin": "false",
+                                            "mig_node_validate": "false"})
+    assert site.recap["gpu-1"]["failed"] == 0 and site.recap["gpu-2"]["failed"] == 0, output(site)
+    assert done.is_set() and fleet.digest("gpu-2") != before
+    assert "2 node(s) to change" in site.stdout, output(site)
+    assert "gpu-2: layout 'custom' is already in place" in site.stdout, output(site)
+    assert not any(cordoned for _state, cordoned, _dcgm in history.get("gpu-2", [])), history
+    assert kube_api.get("Node", "gpu-2")["metadata"]["labels"][STATE] == "success"
+    assert first
