@@ -41,7 +41,7 @@ from collections.abc import Mapping
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _gpu_layout as layout
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError
-from ansible_collections.gpuops.mig.plugins.module_utils._host_layout import derived_ci_profiles
+from ansible_collections.gpuops.mig.plugins.module_utils import _host_layout as host_layout
 
 __all__ = [
     "PlanInputError",
@@ -83,17 +83,7 @@ def geometry_from_profiles(profiles):
     cached = _GEOMETRY_CACHE.get(key)
     if cached is not None:
         return cached
-    gi_profiles = []
-    for p in profiles:
-        nvml_name = p.get("nvml_name")
-        aliases = (nvml_name,) if nvml_name and nvml_name != p["name"] else ()
-        gi_profiles.append(layout.GiProfile(
-            id=p["id"], name=p["name"], memory_slices=p["memory_slices"], sm_slices=p["sm_slices"],
-            max_count=p["max_count"], placements=tuple(p["placements"]),
-            ci_profiles=derived_ci_profiles(p["name"], p["sm_slices"]), aliases=aliases))
-    memory_slices = max(p["memory_slices"] + max(p["placements"] or [0]) for p in profiles)
-    sm_slices = max(p["sm_slices"] for p in profiles)
-    geometry = layout.GpuGeometry(memory_slices=memory_slices, sm_slices=sm_slices, profiles=tuple(gi_profiles))
+    geometry = host_layout.geometry_from_profiles(profiles)
     if len(_GEOMETRY_CACHE) > 64:
         _GEOMETRY_CACHE.clear()
     _GEOMETRY_CACHE[key] = geometry

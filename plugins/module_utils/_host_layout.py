@@ -96,9 +96,15 @@ def read_geometry(nvml, index):
     if not profiles:
         raise RefusedError("%s lists no MIG profiles (an older driver lists them only while MIG is enabled)"
                            % nvml.gpu(index)["label"])
+    return geometry_from_profiles(profiles)
+
+
+def geometry_from_profiles(profiles):
+    """A GPU's geometry from its GPU-instance profiles as mig_facts reports them (supported_profiles)."""
     gi_profiles = []
     for p in profiles:
-        aliases = (p["nvml_name"],) if p["nvml_name"] and p["nvml_name"] != p["name"] else ()
+        nvml_name = p.get("nvml_name")
+        aliases = (nvml_name,) if nvml_name and nvml_name != p["name"] else ()
         gi_profiles.append(layout.GiProfile(
             id=p["id"], name=p["name"], memory_slices=p["memory_slices"], sm_slices=p["sm_slices"],
             max_count=p["max_count"], placements=tuple(p["placements"]),

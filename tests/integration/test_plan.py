@@ -1,7 +1,6 @@
 """playbooks/plan.yml against simulated hosts and the Kubernetes API emulator with pending pods."""
 
 import json
-import os
 
 import pytest
 import yaml
@@ -9,24 +8,16 @@ import yaml
 import gpuops_mig_sim as sim
 from test_roles import Fleet, output
 from tests.support.kubeapi import seed
+from tests.support.simhost import nvml_on
 
 pytestmark = pytest.mark.playbook
 
 
 def busy_3g(state):
     """An H100 with MIG on and a busy 3g.40gb at slices 4-7 (made through pynvml, as any client would)."""
-    from ansible_collections.gpuops.mig.plugins.module_utils._nvml import Nvml
-    old = os.environ.get("GPUOPS_MIG_SIMULATE")
-    os.environ["GPUOPS_MIG_SIMULATE"] = state
-    try:
-        with Nvml() as nvml:
-            gi = nvml.create_gpu_instance(0, 9, 4, 4)
-            nvml.create_compute_instance(0, gi, 2, 0)
-    finally:
-        if old is None:
-            del os.environ["GPUOPS_MIG_SIMULATE"]
-        else:
-            os.environ["GPUOPS_MIG_SIMULATE"] = old
+    with nvml_on(state) as nvml:
+        gi = nvml.create_gpu_instance(0, 9, 4, 4)
+        nvml.create_compute_instance(0, gi, 2, 0)
     sim.add_process(state, 0, pid=4242, gi=gi, ci=0)
 
 

@@ -147,9 +147,8 @@ def test_converged_nodes_never_wait_for_a_batch_and_the_summary_tells(kube_api, 
 def test_a_node_that_converged_after_the_preview_is_not_drained_in_its_batch(kube_api, kube_env, tmp_path):
     """The batches decide again: a node previewed as changing whose GPUs reached the layout meanwhile
     (someone applied it by hand) is finished without cordon, drain or GPU change."""
-    import os
     import threading
-    from ansible_collections.gpuops.mig.plugins.module_utils._nvml import Nvml
+    from tests.support.simhost import nvml_on
     from test_roles import node_history
 
     fleet = Fleet(tmp_path, kube_api, kube_env)
@@ -165,19 +164,11 @@ def test_a_node_that_converged_after_the_preview_is_not_drained_in_its_batch(kub
         if done.is_set():
             return
         done.set()
-        old = os.environ.get("GPUOPS_MIG_SIMULATE")
-        os.environ["GPUOPS_MIG_SIMULATE"] = second
-        try:
-            with Nvml() as nvml:
-                nvml.set_mig_mode(0, 1)
-                for start in (0, 4):
-                    gi = nvml.create_gpu_instance(0, 9, start, 4)
-                    nvml.create_compute_instance(0, gi, 2, 0)
-        finally:
-            if old is None:
-                del os.environ["GPUOPS_MIG_SIMULATE"]
-            else:
-                os.environ["GPUOPS_MIG_SIMULATE"] = old
+        with nvml_on(second) as nvml:
+            nvml.set_mig_mode(0, 1)
+            for start in (0, 4):
+                gi = nvml.create_gpu_instance(0, 9, start, 4)
+                nvml.create_compute_instance(0, gi, 2, 0)
     kube_api.on("modified", apply_by_hand, kind="Node")
     before = fleet.digest("gpu-2")
 
