@@ -49,6 +49,13 @@ __all__ = [
 # GPU model description (filled from NVML by the adapter, or from test tables)
 # --------------------------------------------------------------------------
 
+def mig_device_name(ci_sm_slices, gi_sm_slices, gi_name):
+    """The MIG device name: the GI name when the CI uses the whole GI, else '<c>c.<gi name>' (mig-parted's)."""
+    if ci_sm_slices == gi_sm_slices:
+        return gi_name
+    return "%dc.%s" % (ci_sm_slices, gi_name)
+
+
 @dataclass(frozen=True)
 class CiProfile:
     """A compute-instance profile inside one GPU-instance profile."""
@@ -139,7 +146,7 @@ class GpuGeometry:
             for alias in gi.aliases:
                 for ci in gi.ci_profiles:
                     canonical = name_of[(gi.id, ci.id)]
-                    spelled = alias if ci.sm_slices == gi.sm_slices else "%dc.%s" % (ci.sm_slices, alias)
+                    spelled = mig_device_name(ci.sm_slices, gi.sm_slices, alias)
                     spellings.setdefault(spelled, canonical)
         object.__setattr__(self, "_gi_by_id", gi_by_id)
         object.__setattr__(self, "_types", types)

@@ -20,7 +20,8 @@ from ansible_collections.gpuops.mig.plugins.module_utils._errors import (
     NvmlError,
     RefusedError,
 )
-from ansible_collections.gpuops.mig.plugins.module_utils._nvml import mig_device_name, terminate_processes
+from ansible_collections.gpuops.mig.plugins.module_utils._gpu_layout import mig_device_name
+from ansible_collections.gpuops.mig.plugins.module_utils._nvml import terminate_processes
 
 # Compute-instance profile constants by SM-slice count (NVML_COMPUTE_INSTANCE_PROFILE_*).
 _CI_CONSTANT = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}

@@ -34,6 +34,7 @@ except ImportError:  # pragma: no cover - depends on the target host
     HAS_PYNVML = False
     PYNVML_IMPORT_ERROR = traceback.format_exc()
 
+from ansible_collections.gpuops.mig.plugins.module_utils._gpu_layout import mig_device_name
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import (
     DriverNotFound,
     MissingLibrary,
@@ -145,12 +146,6 @@ def gi_profile_name(constant, sm_slices, memory_mib, total_memory_bytes):
     memory_gb = mig_profile_memory_gb(memory_mib, total_memory_bytes)
     return "%dg.%dgb%s" % (sm_slices, memory_gb, _GI_SUFFIX.get(constant, ""))
 
-
-def mig_device_name(ci_sm_slices, gi_sm_slices, gi_name):
-    """MIG device name: the GI name when the CI uses the whole GI, else '<c>c.<gi name>'."""
-    if ci_sm_slices == gi_sm_slices:
-        return gi_name
-    return "%dc.%s" % (ci_sm_slices, gi_name)
 
 
 def mig_device_counts(gpu_instances):

@@ -28,7 +28,7 @@ def test_profile_memory_name_matches_nvidia_tools(profile_mib, total_mib, expect
 def test_profile_and_device_names():
     assert _nvml.gi_profile_name(7, 1, 4864, 40960 * 1024 * 1024) == "1g.5gb+me"
     assert _nvml.gi_profile_name(9, 1, 9856, 40960 * 1024 * 1024) == "1g.10gb"
-    assert _nvml.mig_device_name(3, 3, "3g.20gb") == "3g.20gb"
+    assert _nvml.mig_device_name(3, 3, "3g.20gb") == "3g.20gb"   # _gpu_layout's, the one naming rule
     assert _nvml.mig_device_name(1, 3, "3g.20gb") == "1c.3g.20gb"
 
 
