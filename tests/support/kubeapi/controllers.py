@@ -21,7 +21,7 @@ import hashlib
 import json
 import math
 
-from . import deviceplugin
+from . import deviceplugin, operator
 from .selectors import labels_match, pod_fits_node, selector_requirements
 
 # The DaemonSet controller adds these tolerations to its pods, so cordoned or
@@ -238,4 +238,5 @@ def _expected_from_owners(cluster, namespace, pods):
     return expected
 
 
-ALL = (daemonsets, deployments, workloads, disruption_budgets, deviceplugin.reconcile)
+ALL = (operator.reconcile, daemonsets, deployments, workloads, disruption_budgets, deviceplugin.reconcile,
+       operator.mig_manager, operator.dra_plugin)

@@ -129,3 +129,60 @@ def load_manifests(path) -> list:
     for doc in docs:
         objs.extend((doc.get("items") or []) if doc.get("kind") == "List" else [doc])
     return objs
+
+
+DEFAULT_OPERATOR_CONFIG = {
+    "version": "v1",
+    "mig-configs": {
+        "all-disabled": [{"devices": "all", "mig-enabled": False}],
+        "all-enabled": [{"devices": "all", "mig-enabled": True, "mig-devices": {}}],
+        "all-1g.10gb": [{"device-filter": ["0x233010DE"], "devices": "all", "mig-enabled": True,
+                         "mig-devices": {"1g.10gb": 7}},
+                        {"device-filter": ["0x20B010DE"], "devices": "all", "mig-enabled": True,
+                         "mig-devices": {"1g.5gb": 7}}],
+        "all-3g.40gb": [{"device-filter": ["0x233010DE"], "devices": "all", "mig-enabled": True,
+                         "mig-devices": {"3g.40gb": 2}}],
+        "all-balanced": [{"device-filter": ["0x233010DE"], "devices": "all", "mig-enabled": True,
+                          "mig-devices": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}}],
+    },
+}
+
+
+def gpu_operator(namespace: str = "gpu-operator", *, mig_strategy: str = "single", mig_manager: bool = True,
+                 config_name: str = "default-mig-parted-config", config: dict | None = None,
+                 device_plugin: bool = True, gfd: bool = True, config_default: str = "all-disabled") -> list:
+    """The GPU Operator's ClusterPolicy `cluster-policy` and its MIG config ConfigMap (see operator.py)."""
+    policy = {
+        "apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cluster-policy"},
+        "spec": {"mig": {"strategy": mig_strategy},
+                 "migManager": {"enabled": mig_manager, "config": {"name": config_name, "default": config_default}},
+                 "devicePlugin": {"enabled": device_plugin}, "gfd": {"enabled": gfd}, "driver": {"enabled": True}},
+        "status": {"namespace": namespace, "state": "ready"},
+    }
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": config_name or "default-mig-parted-config", "namespace": namespace},
+                 "data": {"config.yaml": yaml.safe_dump(config or DEFAULT_OPERATOR_CONFIG, sort_keys=False)}}
+    return [namespace_(namespace), policy, configmap]
+
+
+def dra_driver(namespace: str = "nvidia-dra-driver-gpu", *, dynamic_mig: bool = False,
+               node_selector: dict | None = None) -> list:
+    """NVIDIA's DRA driver: its kubelet-plugin DaemonSet and the mig.nvidia.com DeviceClass (see operator.py)."""
+    env = [{"name": "FEATURE_GATES", "value": "DynamicMIG=true" if dynamic_mig else ""}]
+    labels = {"app.kubernetes.io/name": "dra-driver-nvidia-gpu"}
+    daemonset = {
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "dra-driver-nvidia-gpu-kubelet-plugin", "namespace": namespace},
+        "spec": {"selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"nodeSelector": node_selector or {"nvidia.com/gpu.present": "true"},
+                                       "containers": [{"name": "gpus", "image": "dra-driver-nvidia-gpu",
+                                                       "env": env}]}}},
+    }
+    deviceclass = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "mig.nvidia.com"},
+                   "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com' && "
+                                                                 "device.attributes['gpu.nvidia.com'].type == 'mig'"}}]}}
+    return [namespace_(namespace), daemonset, deviceclass]
+
+
+namespace_ = namespace
