@@ -80,7 +80,8 @@ def dra_view(daemonsets, node_labels):
         if any(node_labels.get(k) != v for k, v in selector.items()):
             continue
         return {"present": True, "daemonset": "%s/%s" % (ds["metadata"].get("namespace", ""), name),
-                "pod_labels": pod_labels, "dynamic_mig": _dynamic_mig(spec)}
+                "pod_selectors": ["%s=%s" % item for item in sorted(pod_labels.items())],
+                "dynamic_mig": _dynamic_mig(spec)}
     return {"present": False}
 
 

@@ -10,6 +10,7 @@ the boot-time restore runs: exit 0 done, 2 bad input, 3 mode still pending, 1 fa
 """
 
 import json
+import os
 import sys
 
 IN_PLACE = 10
@@ -35,7 +36,7 @@ def in_place(desired):
 def destroy_all():
     """What NVIDIA's DRA driver with DynamicMIG does at start: destroy every MIG device (through NVML)."""
     from ansible_collections.gpuops.mig.plugins.module_utils._nvml import Nvml
-    with Nvml() as nvml:
+    with Nvml(driver_root=os.environ.get("GPUOPS_SIM_DRIVER_ROOT") or "auto") as nvml:
         for index in range(nvml.gpu_count()):
             if (nvml.mig_mode(index) or (0, 0))[0] != 1:
                 continue
@@ -54,7 +55,7 @@ def main(argv):
     with open(argv[0]) as handle:
         config = handle.read()
     desired = {"format": boot_restore.FORMAT, "config": config, "config_name": argv[1], "layouts": None,
-               "allow_unmatched": True, "reset": True, "nvidia_smi": "nvidia-smi", "driver_root": "auto",
+               "allow_unmatched": True, "reset": True, "nvidia_smi": "nvidia-smi", "driver_root": os.environ.get("GPUOPS_SIM_DRIVER_ROOT") or "auto",
                "wait_for_driver": 0}
     try:
         if "--check" in argv:

@@ -283,7 +283,9 @@ def _engine(state, config_file, name, check=False):
 
 
 def _run_engine(state, args):
-    env = dict(os.environ, GPUOPS_MIG_SIMULATE=state,
+    # Inside mig-manager's container the driver is injected: use the simulated host's driver root, if any.
+    driver_root = (_simulator()[0].load_state(state).get("host") or {}).get("driver_root") or ""
+    env = dict(os.environ, GPUOPS_MIG_SIMULATE=state, GPUOPS_SIM_DRIVER_ROOT=driver_root,
                PATH=os.path.join(REPO, "tools", "sim-bin") + os.pathsep + os.environ.get("PATH", ""),
                PYTHONPATH=os.pathsep.join([REPO, os.path.join(REPO, "simulator"),
                                            os.path.join(REPO, ".build", "collections")]))
