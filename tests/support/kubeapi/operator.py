@@ -1,0 +1,217 @@
+"""A simulated NVIDIA GPU Operator: node labelling and operand DaemonSets driven by a ClusterPolicy.
+
+Active while a ClusterPolicy (nvidia.com/v1, seed.gpu_operator) exists; with several, the oldest
+one counts, as the real operator ignores the others. Each pass of the cluster's reconcile loop
+(shared with the other controllers) does what the operator's controllers do
+(reference/gpu-operator.md sections 2 and 3; NVIDIA/gpu-operator controllers/state_manager.go,
+nodelabeling_controller.go, object_controls.go):
+
+- Nodes with `nvidia.com/gpu.present=true` get the deploy labels STATE_LABELS, and MIG-capable
+  ones `nvidia.com/gpu.deploy.mig-manager`, set to "true" only where the label is absent or empty:
+  any other value (`false`, `paused-for-mig-change`) is left alone. `nvidia.com/gpu.deploy.operands=false`,
+  or a node whose gpu.present is not "true", loses every deploy label. This runs on every pass.
+- With migManager enabled (nil counts as enabled) and `migManager.config.default=all-disabled`, a
+  MIG-capable node whose `nvidia.com/mig.config` is missing or empty gets `all-disabled`, whatever its
+  gpu.deploy.mig-manager says. Like the real node-labelling controller this happens only on its
+  triggers: the ClusterPolicy created or its spec changed (generation), the node created, or the
+  node's gpu.present value, operands switch or MIG capability changed. Removing mig.config alone
+  does not bring it back until the next trigger.
+- Operand DaemonSets in status.namespace (OPERANDS): device plugin, GFD and mig-manager, each owned
+  (controller reference) by the ClusterPolicy and labelled app.kubernetes.io/managed-by=gpu-operator,
+  re-rendered when the ClusterPolicy changes (so mig.strategy changes roll the pods) and deleted when
+  their component is disabled or the ClusterPolicy goes.
+
+"MIG-capable" follows hasMIGCapableGPU: `nvidia.com/mig.capable` decides when present; otherwise a
+`nvidia.com/gpu.product` containing a100, a30 or h100 (the real list; H200 nodes rely on GFD's label).
+Not emulated: the driver, toolkit, validator, DCGM and MPS operands, vGPU/VM workload configs,
+per-node device-plugin configs, GPUCluster, and status conditions (status.state stays as seeded).
+"""
+
+from __future__ import annotations
+
+import copy
+import weakref
+
+DEPLOY = "nvidia.com/gpu.deploy."
+GPU_PRESENT = "nvidia.com/gpu.present"
+MIG_CAPABLE = "nvidia.com/mig.capable"
+PRODUCT = "nvidia.com/gpu.product"
+MIG_CONFIG = "nvidia.com/mig.config"
+OPERANDS_LABEL = DEPLOY + "operands"
+MIG_MANAGER_LABEL = DEPLOY + "mig-manager"
+# gpuStateLabels for the container workload (GO controllers/state_manager.go).
+STATE_LABELS = tuple(DEPLOY + name for name in (
+    "driver", "gpu-feature-discovery", "container-toolkit", "device-plugin", "dcgm", "dcgm-exporter",
+    "node-status-exporter", "operator-validator", "client"))
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-operator"}
+DEFAULT_NAMESPACE = "gpu-operator"
+DEFAULT_MIG_CONFIG_MAP = "default-mig-parted-config"
+
+# name, ClusterPolicy section, nodeSelector label, image, gets MIG_STRATEGY
+OPERANDS = (
+    ("nvidia-device-plugin-daemonset", "devicePlugin", DEPLOY + "device-plugin",
+     "nvcr.io/nvidia/k8s-device-plugin:v0.20.0", True),
+    ("gpu-feature-discovery", "gfd", DEPLOY + "gpu-feature-discovery",
+     "nvcr.io/nvidia/k8s-device-plugin:v0.20.0", True),
+    ("nvidia-mig-manager", "migManager", MIG_MANAGER_LABEL,
+     "nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.15.0", False),
+)
+
+# cluster -> {"policy": (uid, generation) or None, "nodes": {name: trigger key}}
+_seen: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def active_policy(cluster):
+    """The ClusterPolicy the operator acts on (the oldest), or None."""
+    policies = cluster.list("ClusterPolicy")
+    if not policies:
+        return None
+    return min(policies, key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]))
+
+
+def operand_namespace(policy) -> str:
+    return (policy.get("status") or {}).get("namespace") or DEFAULT_NAMESPACE
+
+
+def component_enabled(policy, section: str) -> bool:
+    """ClusterPolicy `<section>.enabled`; nil means enabled (IsEnabled)."""
+    return ((policy.get("spec") or {}).get(section) or {}).get("enabled") is not False
+
+
+def mig_config_map(policy) -> str:
+    """The ConfigMap mig-manager reads: migManager.config.name, or the default one when it is empty
+    (the real mig-manager then generates a per-node config instead; not emulated)."""
+    config = (((policy.get("spec") or {}).get("migManager") or {}).get("config") or {})
+    return config.get("name") or DEFAULT_MIG_CONFIG_MAP
+
+
+def mig_capable(labels: dict) -> bool:
+    if MIG_CAPABLE in labels:
+        return labels[MIG_CAPABLE] == "true"
+    product = labels.get(PRODUCT, "").lower()
+    return any(name in product for name in ("h100", "a100", "a30"))
+
+
+def reconcile(cluster):
+    policy = active_policy(cluster)
+    memo = _seen.setdefault(cluster, {"policy": None, "nodes": {}})
+    if policy is None:
+        memo["policy"], memo["nodes"] = None, {}
+        return  # operands go with their owner (ownerReference cascade)
+    key = (policy["metadata"]["uid"], policy["metadata"].get("generation", 1))
+    policy_changed = memo["policy"] != key
+    memo["policy"] = key
+    spec = policy.get("spec") or {}
+    mig_manager = spec.get("migManager") or {}
+    default_disabled = component_enabled(policy, "migManager") and \
+        (mig_manager.get("config") or {}).get("default", "all-disabled") == "all-disabled"
+    names = set()
+    for node in cluster.list("Node"):
+        meta = node["metadata"]
+        labels = meta.get("labels") or {}
+        names.add(meta["name"])
+        trigger = (meta["uid"], labels.get(GPU_PRESENT), labels.get(OPERANDS_LABEL) == "false", mig_capable(labels))
+        triggered = policy_changed or memo["nodes"].get(meta["name"]) != trigger
+        memo["nodes"][meta["name"]] = trigger
+        patch = node_label_patch(labels, default_disabled and triggered)
+        if patch:
+            cluster.patch("Node", meta["name"], {"metadata": {"labels": patch}})
+    for gone in set(memo["nodes"]) - names:
+        del memo["nodes"][gone]
+    _sync_operands(cluster, policy)
+
+
+def node_label_patch(labels: dict, default_mig_config: bool) -> dict:
+    """The label changes the operator makes on one node (None values remove)."""
+    deploy = [k for k in labels if k in STATE_LABELS or k == MIG_MANAGER_LABEL]
+    if labels.get(GPU_PRESENT) != "true" or labels.get(OPERANDS_LABEL) == "false":
+        return {k: None for k in deploy}
+    patch = {k: "true" for k in STATE_LABELS if not labels.get(k)}
+    capable = mig_capable(labels)
+    if capable and not labels.get(MIG_MANAGER_LABEL):
+        patch[MIG_MANAGER_LABEL] = "true"
+    if capable and default_mig_config and not labels.get(MIG_CONFIG):
+        patch[MIG_CONFIG] = "all-disabled"
+    return patch
+
+
+def _sync_operands(cluster, policy):
+    namespace = operand_namespace(policy)
+    if not cluster.find("Namespace", namespace):
+        cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    wanted = {}
+    for name, section, selector, image, strategy in OPERANDS:
+        if component_enabled(policy, section):
+            wanted[name] = operand_daemonset(policy, name, selector, image, strategy)
+    uid = policy["metadata"]["uid"]
+    for ds in cluster.list("DaemonSet"):
+        refs = ds["metadata"].get("ownerReferences") or []
+        if any(r.get("uid") == uid and r.get("controller") for r in refs) and \
+                (ds["metadata"]["name"] not in wanted or ds["metadata"]["namespace"] != namespace):
+            cluster.delete("DaemonSet", ds["metadata"]["name"], ds["metadata"]["namespace"])
+    for name, manifest in wanted.items():
+        existing = cluster.find("DaemonSet", name, namespace)
+        if existing is None:
+            cluster.create(manifest)
+            continue
+        if _rendered(existing) != _rendered(manifest):
+            updated = copy.deepcopy(existing)
+            updated["metadata"]["labels"] = manifest["metadata"]["labels"]
+            updated["metadata"]["ownerReferences"] = manifest["metadata"]["ownerReferences"]
+            updated["spec"] = dict(existing.get("spec") or {}, selector=manifest["spec"]["selector"],
+                                   template=manifest["spec"]["template"])
+            cluster.replace(updated)
+
+
+def _rendered(ds):
+    meta, spec = ds["metadata"], ds.get("spec") or {}
+    return (meta.get("labels"), meta.get("ownerReferences"), spec.get("selector"), spec.get("template"))
+
+
+def operand_daemonset(policy, name, selector, image, with_strategy):
+    """An operand DaemonSet as the operator renders it (only the fields the emulator and roles read)."""
+    spec = policy.get("spec") or {}
+    namespace = operand_namespace(policy)
+    env = []
+    if with_strategy:
+        strategy = (spec.get("mig") or {}).get("strategy", "single")
+        if strategy:
+            env.append({"name": "MIG_STRATEGY", "value": strategy})
+        env.append({"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"})
+    volumes, mounts = [], []
+    if name == "nvidia-mig-manager":
+        mig_manager = spec.get("migManager") or {}
+        env += [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                {"name": "CONFIG_FILE", "value": "/mig-parted-config/config.yaml"},
+                {"name": "DEFAULT_GPU_CLIENTS_NAMESPACE", "value": namespace}]
+        env += [dict(e) for e in mig_manager.get("env") or []]
+        volumes.append({"name": "mig-parted-config", "configMap": {"name": mig_config_map(policy)}})
+        mounts.append({"name": "mig-parted-config", "mountPath": "/mig-parted-config"})
+    container = {"name": name, "image": image, "env": env, "securityContext": {"privileged": True}}
+    if mounts:
+        container["volumeMounts"] = mounts
+    pod_labels = {"app": name}
+    template_spec = {
+        "nodeSelector": {selector: "true"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "priorityClassName": "system-node-critical",
+        "serviceAccountName": name if name != "nvidia-device-plugin-daemonset" else "nvidia-device-plugin",
+        "containers": [container],
+    }
+    if volumes:
+        template_spec["volumes"] = volumes
+    return {
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {
+            "name": name, "namespace": namespace,
+            "labels": dict({"app": name}, **MANAGED_BY, **{"helm.sh/chart": "gpu-operator-v26.7.0"}),
+            "ownerReferences": [{"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+                                 "name": policy["metadata"]["name"], "uid": policy["metadata"]["uid"],
+                                 "controller": True, "blockOwnerDeletion": True}],
+        },
+        "spec": {
+            "selector": {"matchLabels": dict(pod_labels)},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "1"}},
+            "template": {"metadata": {"labels": dict(pod_labels, **MANAGED_BY)}, "spec": template_spec},
+        },
+    }
