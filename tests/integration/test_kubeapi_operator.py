@@ -81,8 +81,9 @@ def test_kubernetes_core_reads_cluster_policy_and_resource_slices(kube_api, kube
                                                                             "spec.driver=gpu.nvidia.com"]}},
         {"name": "classes", "kubernetes.core.k8s_info": {"api_version": "resource.k8s.io/v1", "kind": "DeviceClass",
                                                          "name": "mig.nvidia.com"}},
-        {"name": "relabel", "kubernetes.core.k8s": {"kind": "Node", "name": "gpu-1", "state": "patched",
-                                                    "definition": {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}}}},
+        {"name": "relabel", "kubernetes.core.k8s": {
+            "kind": "Node", "name": "gpu-1", "state": "patched",
+            "definition": {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}}}},
     ], kube_env, tmp_path)
     policy = results["policy"]["resources"][0]
     assert policy["metadata"]["name"] == "cluster-policy"
@@ -261,8 +262,7 @@ def test_mig_manager_wedge_and_recovery_by_deleting_its_pod(kube_api, host, idle
     idle()
     assert labels_of(kube_api)[STATE] == "pending"
     [manager] = pods(kube_api, "nvidia-mig-manager")
-    kubectl_delete = core_api(kube_api).delete_namespaced_pod
-    kubectl_delete(manager["metadata"]["name"], NS)
+    core_api(kube_api).delete_namespaced_pod(manager["metadata"]["name"], NS)
     idle()
     labels = labels_of(kube_api)
     assert labels[STATE] == "success" and labels[DP] == labels[GFD] == "true"

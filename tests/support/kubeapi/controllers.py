@@ -241,5 +241,5 @@ def _expected_from_owners(cluster, namespace, pods):
     return expected
 
 
-ALL = (operator.reconcile, daemonsets, deployments, workloads, disruption_budgets, deviceplugin.reconcile, dra.reconcile,
-       migmanager.reconcile)
+ALL = (operator.reconcile, daemonsets, deployments, workloads, disruption_budgets, deviceplugin.reconcile,
+       dra.reconcile, migmanager.reconcile)
