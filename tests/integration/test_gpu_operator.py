@@ -1,11 +1,11 @@
 """playbooks/site.yml on GPU Operator clusters (docs/gpu-operator.md): hosts whose NVML lives only under the
 driver container's root, the emulator's ClusterPolicy, operand DaemonSets, simulated mig-manager and DRA
-kubelet plugin (tests/support/kubeapi/operator.py)."""
+kubelet plugin (tests/support/kubeapi/operator.py, migmanager.py, dra.py)."""
 
 import pytest
 
 import gpuops_mig_sim as sim
-from tests.support.kubeapi import operator, seed
+from tests.support.kubeapi import migmanager, seed
 from test_roles import CONFIG, STATE, Fleet, output
 
 pytestmark = pytest.mark.playbook
@@ -41,7 +41,7 @@ def operator_fleet(tmp_path, kube_api, kube_env, models=("1xH100-SXM5-80GB", "1x
         sim.start_driver_container(state)
         fleet.hosts[name]["gpuops_mig_driver_root"] = root
     kube_api.seed(*seed.gpu_operator(mig_strategy=strategy, config=LAYOUTS, device_plugin=device_plugin))
-    operator.wait_idle(kube_api)
+    migmanager.wait_idle(kube_api)
     return fleet
 
 
@@ -79,7 +79,7 @@ def test_drive_mig_manager_from_one_layout_to_another_then_converged(kube_api, k
 
 def test_drive_mig_manager_recovers_the_pending_wedge_and_stops_on_a_failure(kube_api, kube_env, tmp_path):
     fleet = operator_fleet(tmp_path, kube_api, kube_env)
-    kube_api.patch("Node", "gpu-0", {"metadata": {"annotations": {operator.WEDGE: "once"}}})
+    kube_api.patch("Node", "gpu-0", {"metadata": {"annotations": {migmanager.WEDGE_ANNOTATION: "once"}}})
     site = fleet.run("playbooks/site.yml", dict(FAST, mig_node_config_name="layout-a", gpuops_mig_serial="1",
                                                 mig_node_mig_manager_timeout="8"))
     assert site.returncode == 0, output(site)
@@ -130,7 +130,7 @@ def test_hand_a_node_back_to_mig_manager(kube_api, kube_env, tmp_path):
     assert site.returncode == 0, output(site)
     # Hand back (docs/gpu-operator.md): the label names an operator config matching the GPUs, then mig-manager on.
     kube_api.patch("Node", "gpu-0", {"metadata": {"labels": {CONFIG: "layout-b", STATE: None, MIG_MANAGER: "true"}}})
-    operator.wait_idle(kube_api)
+    migmanager.wait_idle(kube_api)
     assert node_labels(kube_api, "gpu-0")[STATE] == "success" and profiles(fleet, "gpu-0") == [9, 9]
     del fleet.hosts["gpu-0"]["mig_node_layouts"]
     again = fleet.run("playbooks/site.yml", dict(FAST, mig_node_persist="false"))

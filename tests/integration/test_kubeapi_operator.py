@@ -1,121 +1,348 @@
-"""The emulator's GPU Operator, mig-manager and DRA kubelet plugin (tests/support/kubeapi/operator.py)."""
+"""The emulator's GPU Operator, mig-manager and DRA kubelet plugin (tests/support/kubeapi operator.py,
+migmanager.py, dra.py) through the clients the roles use: kubernetes.core, the kubernetes Python client
+and kubectl, against simulated GPU hosts (gpuops_mig_sim)."""
 
-import time
+import os
+import subprocess
+
+import pytest
+import yaml
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+from kubernetes import dynamic as k8s_dynamic
+from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 import gpuops_mig_sim as sim
-from tests.support.kubeapi import operator, seed
+from tests.integration.test_kubeapi import run_tasks
+from tests.support.kubeapi import dra, migmanager, seed
 
-STATE = "nvidia.com/mig.config.state"
-CONFIG = "nvidia.com/mig.config"
-DEPLOY = "nvidia.com/gpu.deploy."
+GPU = {"nvidia.com/gpu.present": "true"}
+DP, GFD = "nvidia.com/gpu.deploy.device-plugin", "nvidia.com/gpu.deploy.gpu-feature-discovery"
+MIG_CONFIG, STATE = "nvidia.com/mig.config", "nvidia.com/mig.config.state"
+NS = "gpu-operator"
 
 
-def gpu_node(kube_api, tmp_path, name="gpu-1", gpus="1xH100-SXM5-80GB", labels=None, **state):
-    path = str(tmp_path / ("%s.json" % name))
-    sim.create_state(path, gpus, seed=name, **state)
-    kube_api.seed(seed.node(name, dict({"nvidia.com/gpu.present": "true"}, **(labels or {})), nvml_state=path))
+@pytest.fixture
+def host(tmp_path):
+    path = str(tmp_path / "gpu-1.json")
+    sim.create_state(path, "1xA100-SXM4-40GB")
     return path
 
 
-def labels(kube_api, name="gpu-1"):
-    return kube_api.get("Node", name)["metadata"]["labels"]
+@pytest.fixture
+def idle(kube_api):
+    """Wait for the mig-manager workers before the emulator stops."""
+    yield lambda: migmanager.wait_idle(kube_api, 60)
+    migmanager.wait_idle(kube_api, 60)
 
 
-def wait_for(check, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.1)
-    return False
+def labels_of(api, node="gpu-1"):
+    return api.get("Node", node)["metadata"].get("labels", {})
 
 
-def devices(path):
-    return sorted(gi["profile_id"] for gpu in sim.load_state(path)["gpus"] for gi in gpu["gpu_instances"])
+def pods(api, app, node="gpu-1"):
+    return [p for p in api.list("Pod", NS, label_selector=f"app={app}", field_selector=f"spec.nodeName={node}")]
 
 
-def test_operator_labels_nodes_and_runs_its_operands(kube_api, tmp_path):
-    gpu_node(kube_api, tmp_path, labels={DEPLOY + "device-plugin": "false"})
-    kube_api.seed(*seed.gpu_operator(mig_strategy="mixed"))
-    node = labels(kube_api)
-    assert node[DEPLOY + "device-plugin"] == "false"                 # a user's false stays
-    assert node[DEPLOY + "gpu-feature-discovery"] == "true" and node[DEPLOY + "mig-manager"] == "true"
-    assert node[CONFIG] == "all-disabled"                            # the operator's default
-    names = sorted(d["metadata"]["name"] for d in kube_api.list("DaemonSet", namespace="gpu-operator"))
-    assert names == ["gpu-feature-discovery", "nvidia-device-plugin-daemonset", "nvidia-mig-manager"]
-    pods = [p["metadata"]["labels"]["app"] for p in kube_api.list("Pod", namespace="gpu-operator")]
-    assert "nvidia-device-plugin-daemonset" not in pods and "nvidia-mig-manager" in pods
-    operator.wait_idle(kube_api)
-
-    kube_api.patch("ClusterPolicy", "cluster-policy", {"spec": {"migManager": {"enabled": False}}})
-    names = sorted(d["metadata"]["name"] for d in kube_api.list("DaemonSet", namespace="gpu-operator"))
-    assert names == ["gpu-feature-discovery", "nvidia-device-plugin-daemonset"]
-    kube_api.delete("ClusterPolicy", "cluster-policy")
-    assert kube_api.list("DaemonSet", namespace="gpu-operator") == []
+def gis(path):
+    return sorted((gi["profile_id"], gi["start"]) for gi in sim.load_state(path)["gpus"][0]["gpu_instances"])
 
 
-def test_mig_manager_applies_a_label_change_with_its_protocol(kube_api, tmp_path):
-    path = gpu_node(kube_api, tmp_path)
-    kube_api.seed(*seed.gpu_operator(mig_strategy="mixed"))
-    assert wait_for(lambda: labels(kube_api).get(STATE) == "success")   # all-disabled: already in place
+def core_api(api):
+    return k8s_client.CoreV1Api(k8s_config.new_client_from_config(api.kubeconfig))
+
+
+def record(api):
+    """(mig.config.state, device-plugin deploy label) after every change of either."""
     seen = []
-    kube_api.on("modified", lambda e: seen.append((e.obj["metadata"]["labels"].get(STATE),
-                                                   e.obj["metadata"]["labels"].get(DEPLOY + "device-plugin"))),
-                kind="Node")
-    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {CONFIG: "all-3g.40gb", STATE: None}}})
-    assert wait_for(lambda: labels(kube_api).get(STATE) in ("success", "failed"))
-    operator.wait_idle(kube_api)
-    assert labels(kube_api)[STATE] == "success", operator.describe(kube_api, "gpu-1")
-    assert devices(path) == [9, 9]
-    assert ("pending", "paused-for-mig-change") in seen
-    assert labels(kube_api)[DEPLOY + "device-plugin"] == "true"
-    assert kube_api.get("Node", "gpu-1")["status"]["allocatable"]["nvidia.com/mig-3g.40gb"] == "2"
 
-    # The same value again does nothing; an unknown name fails.
-    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {STATE: None}}})
-    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {CONFIG: "all-3g.40gb"}}})
-    time.sleep(1)
-    assert STATE not in labels(kube_api)
-    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {CONFIG: "no-such-config"}}})
-    assert wait_for(lambda: labels(kube_api).get(STATE) == "failed")
-    operator.wait_idle(kube_api)
+    def hook(event):
+        old, new = (event.old or {}).get("metadata", {}).get("labels", {}), event.obj["metadata"].get("labels", {})
+        if (old.get(STATE), old.get(DP)) != (new.get(STATE), new.get(DP)):
+            seen.append((new.get(STATE), new.get(DP)))
+    api.on("modified", hook, kind="Node")
+    return seen
 
 
-def test_mig_manager_wedges_once_and_a_new_pod_recovers(kube_api, tmp_path):
-    path = gpu_node(kube_api, tmp_path)
-    kube_api.seed(*seed.gpu_operator(mig_strategy="mixed"))
-    assert wait_for(lambda: labels(kube_api).get(STATE) == "success")
-    kube_api.patch("Node", "gpu-1", {"metadata": {"annotations": {operator.WEDGE: "once"}}})
-    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {CONFIG: "all-1g.10gb"}}})
-    time.sleep(1.5)
-    operator.wait_idle(kube_api)
-    assert labels(kube_api)[STATE] == "pending" and labels(kube_api)[DEPLOY + "device-plugin"] == operator.PAUSED
-    assert devices(path) == []
-    pod = kube_api.list("Pod", namespace="gpu-operator", label_selector="app=nvidia-mig-manager")[0]
-    kube_api.delete("Pod", pod["metadata"]["name"], "gpu-operator")
-    assert wait_for(lambda: labels(kube_api).get(STATE) == "success")
-    operator.wait_idle(kube_api)
-    assert devices(path) == [19] * 7 and labels(kube_api)[DEPLOY + "device-plugin"] == "true"
+# ----- kinds and discovery ---------------------------------------------------------------------------------
+
+@pytest.mark.playbook
+def test_kubernetes_core_reads_cluster_policy_and_resource_slices(kube_api, kube_env, tmp_path, host, idle):
+    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host), seed.node("gpu-2", GPU), *seed.gpu_operator(),
+                  *seed.dra_driver())
+    idle()
+    results = run_tasks([
+        {"name": "policy", "kubernetes.core.k8s_info": {"api_version": "nvidia.com/v1", "kind": "ClusterPolicy"}},
+        {"name": "crd", "kubernetes.core.k8s_info": {"api_version": "apiextensions.k8s.io/v1",
+                                                     "kind": "CustomResourceDefinition",
+                                                     "name": "clusterpolicies.nvidia.com"}},
+        {"name": "slices", "kubernetes.core.k8s_info": {"api_version": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                                                        "field_selectors": ["spec.nodeName=gpu-1",
+                                                                            "spec.driver=gpu.nvidia.com"]}},
+        {"name": "classes", "kubernetes.core.k8s_info": {"api_version": "resource.k8s.io/v1", "kind": "DeviceClass",
+                                                         "name": "mig.nvidia.com"}},
+        {"name": "relabel", "kubernetes.core.k8s": {
+            "kind": "Node", "name": "gpu-1", "state": "patched",
+            "definition": {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}}}},
+    ], kube_env, tmp_path)
+    policy = results["policy"]["resources"][0]
+    assert policy["metadata"]["name"] == "cluster-policy"
+    assert policy["spec"]["mig"]["strategy"] == "single" and policy["spec"]["migManager"]["config"] == {
+        "name": "default-mig-parted-config", "default": "all-disabled"}
+    assert policy["status"] == {"namespace": NS, "state": "ready"}
+    assert results["crd"]["resources"][0]["spec"]["names"]["kind"] == "ClusterPolicy"
+    [slice_] = results["slices"]["resources"]
+    assert slice_["metadata"]["name"] == "gpu-1-gpu.nvidia.com"
+    assert [d["name"] for d in slice_["spec"]["devices"]] == ["gpu-0"]
+    assert results["classes"]["resources"][0]["metadata"]["name"] == "mig.nvidia.com"
+    idle()
+    assert labels_of(kube_api)[STATE] == "success" and len(gis(host)) == 4
 
 
-def test_dra_plugin_publishes_at_start_and_dynamic_mig_destroys(kube_api, tmp_path):
-    path = gpu_node(kube_api, tmp_path, gpus="2xH100-SXM5-80GB")
-    kube_api.seed(*seed.dra_driver())
-    slices = kube_api.list("ResourceSlice")
-    assert [d["attributes"]["type"]["string"] for d in slices[0]["spec"]["devices"]] == ["gpu", "gpu"]
-    from tests.support.simhost import nvml_on
-    with nvml_on(path) as nvml:
-        nvml.set_mig_mode(0, 1)
-        gi = nvml.create_gpu_instance(0, 9, 0, 4)
-        nvml.create_compute_instance(0, gi, 2, 0)
-    assert len(kube_api.list("ResourceSlice")[0]["spec"]["devices"]) == 2      # read only at start
-    pod = kube_api.list("Pod", label_selector="app.kubernetes.io/name=dra-driver-nvidia-gpu")[0]
-    kube_api.delete("Pod", pod["metadata"]["name"], pod["metadata"]["namespace"])
-    found = kube_api.list("ResourceSlice", field_selector="spec.nodeName=gpu-1")[0]["spec"]
-    assert found["pool"]["generation"] == 2
-    kinds = sorted((d["attributes"]["type"]["string"], d["attributes"].get("profile", {}).get("string"))
-                   for d in found["devices"])
-    assert kinds == [("gpu", None), ("mig", "3g.40gb")]
+def test_cluster_policy_is_served_only_while_its_crd_exists(kube_api):
+    dyn = k8s_dynamic.DynamicClient(k8s_config.new_client_from_config(kube_api.kubeconfig))
+    with pytest.raises(ResourceNotFoundError):
+        dyn.resources.get(api_version="nvidia.com/v1", kind="ClusterPolicy")
+    kube_api.seed(*seed.gpu_operator())
+    dyn = k8s_dynamic.DynamicClient(k8s_config.new_client_from_config(kube_api.kubeconfig))
+    policies = dyn.resources.get(api_version="nvidia.com/v1", kind="ClusterPolicy").get()
+    assert [p.metadata.name for p in policies.items] == ["cluster-policy"]
+    assert dyn.resources.get(api_version="resource.k8s.io/v1", kind="ResourceSlice").get().items == []
 
-    kube_api.seed(*seed.dra_driver(dynamic_mig=True))          # the template changes: pods restart
-    assert devices(path) == []
+
+# ----- the operator ------------------------------------------------------------------------------------------
+
+def test_operator_deploy_labels_leave_set_values_alone(kube_api, idle):
+    kube_api.seed(
+        seed.node("gpu-1", dict(GPU, **{DP: "false", GFD: "paused-for-mig-change", "nvidia.com/mig.capable": "true",
+                                        "nvidia.com/gpu.deploy.mig-manager": "false"})),
+        seed.node("gpu-2", dict(GPU, **{"nvidia.com/gpu.deploy.operands": "false", DP: "true"})),
+        seed.node("a10-1", dict(GPU, **{"nvidia.com/gpu.product": "NVIDIA-A10"})),
+        seed.node("h100-1", dict(GPU, **{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", DP: ""})),
+        seed.node("cpu-1", {"nvidia.com/gpu.deploy.driver": "true"}),
+    )
+    assert labels_of(kube_api, "gpu-2")[DP] == "true"  # no ClusterPolicy yet: nothing happens
+    kube_api.seed(*seed.gpu_operator())
+    one = labels_of(kube_api)
+    assert (one[DP], one[GFD], one["nvidia.com/gpu.deploy.mig-manager"]) == ("false", "paused-for-mig-change", "false")
+    assert one["nvidia.com/gpu.deploy.driver"] == one["nvidia.com/gpu.deploy.container-toolkit"] == "true"
+    assert one["nvidia.com/gpu.deploy.operator-validator"] == "true"
+    assert one[MIG_CONFIG] == "all-disabled"  # whatever gpu.deploy.mig-manager says
+    assert not [k for k in labels_of(kube_api, "gpu-2") if k.startswith("nvidia.com/gpu.deploy.") and
+                k != "nvidia.com/gpu.deploy.operands"]
+    a10 = labels_of(kube_api, "a10-1")
+    assert a10[DP] == "true" and "nvidia.com/gpu.deploy.mig-manager" not in a10 and MIG_CONFIG not in a10
+    h100 = labels_of(kube_api, "h100-1")
+    assert h100[DP] == h100["nvidia.com/gpu.deploy.mig-manager"] == "true" and h100[MIG_CONFIG] == "all-disabled"
+    assert "nvidia.com/gpu.deploy.driver" not in labels_of(kube_api, "cpu-1")  # not a GPU node
+
+    # Removing mig.config is not a trigger; a ClusterPolicy spec change is.
+    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: None}}})
+    assert MIG_CONFIG not in labels_of(kube_api)
+    kube_api.patch("ClusterPolicy", "cluster-policy", {"spec": {"mig": {"strategy": "mixed"}}})
+    assert labels_of(kube_api)[MIG_CONFIG] == "all-disabled"
+    # config.default "" stops the default label; deleting the deploy label brings it back.
+    kube_api.patch("ClusterPolicy", "cluster-policy", {"spec": {"migManager": {"config": {"default": ""}}}})
+    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: None, DP: None}}})
+    assert MIG_CONFIG not in labels_of(kube_api) and labels_of(kube_api)[DP] == "true"
+
+
+def test_operand_daemonsets_follow_the_cluster_policy(kube_api, kube_env, host, idle):
+    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host), *seed.gpu_operator(mig_strategy="single"))
+    custom = k8s_client.CustomObjectsApi(k8s_config.new_client_from_config(kube_api.kubeconfig))
+    names = sorted(ds["metadata"]["name"] for ds in kube_api.list("DaemonSet", NS))
+    assert names == ["gpu-feature-discovery", "nvidia-device-plugin-daemonset", "nvidia-mig-manager"]
+    plugin = kube_api.get("DaemonSet", "nvidia-device-plugin-daemonset", NS)
+    assert plugin["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpu-operator"
+    [owner] = plugin["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["controller"]) == ("ClusterPolicy", "cluster-policy", True)
+    assert plugin["spec"]["template"]["spec"]["nodeSelector"] == {DP: "true"}
+    [pod] = pods(kube_api, "nvidia-device-plugin-daemonset")
+    assert {"name": "MIG_STRATEGY", "value": "single"} in pod["spec"]["containers"][0]["env"]
+    assert labels_of(kube_api)["nvidia.com/mig.strategy"] == "single"
+
+    # NVIDIA's documented strategy change (kubectl JSON patch) rolls the plugin and GFD.
+    subprocess.run(["kubectl", "patch", "clusterpolicies.nvidia.com/cluster-policy", "--type=json",
+                    '-p=[{"op": "replace", "path": "/spec/mig/strategy", "value": "mixed"}]'],
+                   env=kube_env, check=True, capture_output=True, timeout=60)
+    [new_pod] = pods(kube_api, "nvidia-device-plugin-daemonset")
+    assert new_pod["metadata"]["uid"] != pod["metadata"]["uid"]
+    assert {"name": "MIG_STRATEGY", "value": "mixed"} in new_pod["spec"]["containers"][0]["env"]
+    assert labels_of(kube_api)["nvidia.com/mig.strategy"] == "mixed"  # the new GFD pod relabelled
+
+    custom.patch_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy",
+                                       {"spec": {"devicePlugin": {"enabled": False}, "migManager": {"enabled": False}}})
+    assert sorted(ds["metadata"]["name"] for ds in kube_api.list("DaemonSet", NS)) == ["gpu-feature-discovery"]
+    assert not pods(kube_api, "nvidia-device-plugin-daemonset")
+    custom.delete_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")
+    assert kube_api.list("DaemonSet", NS) == [] and kube_api.list("Pod", NS) == []
+
+
+# ----- mig-manager -------------------------------------------------------------------------------------------
+
+def test_mig_manager_applies_a_config_when_the_label_changes(kube_api, host, idle):
+    same = dict(seed.DEFAULT_MIG_PARTED_CONFIG["mig-configs"]["all-1g.10gb"][0])
+    config = {"version": "v1", "mig-configs": dict(seed.DEFAULT_MIG_PARTED_CONFIG["mig-configs"], **{
+        "same-as-1g.10gb": [same]})}
+    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host), *seed.gpu_operator(config=config))
+    idle()
+    assert labels_of(kube_api)[MIG_CONFIG] == "all-disabled" and labels_of(kube_api)[STATE] == "success"
+    before = {p["metadata"]["uid"] for p in pods(kube_api, "nvidia-device-plugin-daemonset")}
+    seen = record(kube_api)
+
+    core_api(kube_api).patch_node("gpu-1", {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
+    idle()
+    assert seen[0] == ("pending", "true") and ("pending", "paused-for-mig-change") in seen
+    assert seen[-1] == ("success", "true")
+    assert gis(host) == [(15, 0), (15, 2), (15, 4), (15, 6)]
+    labels = labels_of(kube_api)
+    assert labels[GFD] == "true" and labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.10gb"
+    assert labels["nvidia.com/gpu.count"] == "4"
+    assert kube_api.get("Node", "gpu-1")["status"]["allocatable"]["nvidia.com/gpu"] == "4"
+    after = {p["metadata"]["uid"] for p in pods(kube_api, "nvidia-device-plugin-daemonset")}
+    assert after and not after & before  # the plugin was restarted
+    assert "1g.10gb x4 (created)" in kube_api.get("Node", "gpu-1")["metadata"]["annotations"][
+        migmanager.LOG_ANNOTATION]
+
+    # The same value again: nothing happens. A name whose geometry is in place: success, no pending.
+    del seen[:]
+    core_api(kube_api).patch_node("gpu-1", {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
+    idle()
+    assert seen == []
+    core_api(kube_api).patch_node("gpu-1", {"metadata": {"labels": {MIG_CONFIG: "same-as-1g.10gb"}}})
+    idle()
+    assert seen == [] and labels_of(kube_api)[STATE] == "success"
+    assert {p["metadata"]["uid"] for p in pods(kube_api, "nvidia-device-plugin-daemonset")} == after
+    # An empty value wakes nothing.
+    core_api(kube_api).patch_node("gpu-1", {"metadata": {"labels": {MIG_CONFIG: ""}}})
+    idle()
+    assert seen == [] and len(gis(host)) == 4
+
+
+def test_mig_manager_fails_unknown_names_and_engine_refusals(kube_api, host, idle):
+    config = {"version": "v1", "mig-configs": {
+        "all-disabled": [{"devices": "all", "mig-enabled": False}],
+        "too-many": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb": 8}}]}}
+    kube_api.seed(seed.node("gpu-1", dict(GPU, **{GFD: "false", "nvidia.com/mig.capable": "true"}), nvml_state=host),
+                  *seed.gpu_operator(config_name="custom-mig-config", config=config))
+    idle()
+    seen = record(kube_api)
+    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "no-such-config"}}})
+    idle()
+    assert seen == [("failed", "true")]  # straight to failed, no pending
+    assert "not in ConfigMap gpu-operator/custom-mig-config" in kube_api.get("Node", "gpu-1")["metadata"][
+        "annotations"][migmanager.LOG_ANNOTATION]
+
+    del seen[:]
+    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "too-many"}}})
+    idle()
+    assert seen[0] == ("pending", "true") and seen[-1] == ("failed", "true")
+    labels = labels_of(kube_api)
+    assert labels[DP] == "true" and labels[GFD] == "false"  # restored; false kept
+    assert gis(host) == []
+    log = kube_api.get("Node", "gpu-1")["metadata"]["annotations"][migmanager.LOG_ANNOTATION]
+    assert "engine exit status 1" in log and "cannot be applied" in log
+
+
+def test_mig_manager_wedge_and_recovery_by_deleting_its_pod(kube_api, host, idle):
+    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host), *seed.gpu_operator())
+    idle()
+    kube_api.patch("Node", "gpu-1", {"metadata": {
+        "annotations": {migmanager.WEDGE_ANNOTATION: "once"}, "labels": {MIG_CONFIG: "all-1g.10gb"}}})
+    idle()
+    node = kube_api.get("Node", "gpu-1")
+    labels = node["metadata"]["labels"]
+    assert labels[STATE] == "pending" and labels[DP] == labels[GFD] == "paused-for-mig-change"
+    assert migmanager.WEDGE_ANNOTATION not in node["metadata"]["annotations"]
+    assert gis(host) == [] and not pods(kube_api, "nvidia-device-plugin-daemonset")
+    assert "nvidia.com/gpu" in node["status"]["allocatable"]  # a stopped plugin leaves its resources (emulator)
+
+    # Setting the same label again does not help; deleting the mig-manager pod does.
+    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
+    idle()
+    assert labels_of(kube_api)[STATE] == "pending"
+    [manager] = pods(kube_api, "nvidia-mig-manager")
+    core_api(kube_api).delete_namespaced_pod(manager["metadata"]["name"], NS)
+    idle()
+    labels = labels_of(kube_api)
+    assert labels[STATE] == "success" and labels[DP] == labels[GFD] == "true"
+    assert len(gis(host)) == 4 and pods(kube_api, "nvidia-device-plugin-daemonset")
+
+
+def test_mig_manager_delay_knob_and_client_daemonsets(kube_api, host, idle):
+    """gpu.deploy.client (operator v26.7): a DRA plugin selecting it is bounced across the change."""
+    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host), *seed.gpu_operator(),
+                  *seed.dra_driver(node_selector={"nvidia.com/gpu.deploy.client": "true"}))
+    idle()
+    assert [d["name"] for d in kube_api.get("ResourceSlice", "gpu-1-gpu.nvidia.com")["spec"]["devices"]] == ["gpu-0"]
+    kube_api.patch("Node", "gpu-1", {"metadata": {"annotations": {migmanager.DELAY_ANNOTATION: "1"},
+                                                  "labels": {MIG_CONFIG: "all-1g.10gb"}}})
+    with pytest.raises(TimeoutError):
+        migmanager.wait_idle(kube_api, 1.5)
+    assert labels_of(kube_api)[STATE] == "pending"
+    idle()
+    assert labels_of(kube_api)["nvidia.com/gpu.deploy.client"] == "true"
+    slice_ = kube_api.get("ResourceSlice", "gpu-1-gpu.nvidia.com")
+    assert slice_["spec"]["pool"]["generation"] == 2
+    assert [d["name"] for d in slice_["spec"]["devices"]] == [f"gpu-0-mig-1g10gb-15-{s}" for s in (0, 2, 4, 6)]
+
+
+# ----- DRA kubelet plugin ------------------------------------------------------------------------------------
+
+def test_dra_plugin_publishes_at_start_and_stays_stale_until_restarted(kube_api, host, idle):
+    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host), seed.node("cpu-1"), *seed.dra_driver())
+    slice_ = kube_api.get("ResourceSlice", "gpu-1-gpu.nvidia.com")
+    gpu = sim.load_state(host)["gpus"][0]
+    assert slice_["spec"]["driver"] == "gpu.nvidia.com" and slice_["spec"]["nodeName"] == "gpu-1"
+    assert slice_["spec"]["pool"] == {"name": "gpu-1", "generation": 1, "resourceSliceCount": 1}
+    [device] = slice_["spec"]["devices"]
+    assert device["name"] == "gpu-0" and device["attributes"]["type"] == {"string": "gpu"}
+    assert device["attributes"]["uuid"] == {"string": gpu["uuid"]}
+    assert kube_api.list("ResourceSlice", field_selector="spec.nodeName=cpu-1") == []
+
+    config = seed.DEFAULT_MIG_PARTED_CONFIG
+    assert migmanager.apply_config(host, config, "all-balanced")[0] == 0
+    assert [d["name"] for d in kube_api.get("ResourceSlice", "gpu-1-gpu.nvidia.com")["spec"]["devices"]] == ["gpu-0"]
+    [pod] = kube_api.list("Pod", "nvidia-dra-driver-gpu")
+    kube_api.delete("Pod", pod["metadata"]["name"], "nvidia-dra-driver-gpu")
+    slice_ = kube_api.get("ResourceSlice", "gpu-1-gpu.nvidia.com")
+    assert slice_["spec"]["pool"]["generation"] == 2
+    devices = {d["name"]: d for d in slice_["spec"]["devices"]}
+    assert sorted(d["attributes"]["profile"]["string"] for d in devices.values()) == [
+        "1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"]
+    uuids = {ci["uuid"] for gi in sim.load_state(host)["gpus"][0]["gpu_instances"] for ci in gi["compute_instances"]}
+    assert {d["attributes"]["uuid"]["string"] for d in devices.values()} == uuids
+    assert {d["attributes"]["parentUUID"]["string"] for d in devices.values()} == {gpu["uuid"]}
+    three = next(d for d in devices.values() if d["attributes"]["profile"]["string"] == "3g.20gb")
+    start = next(gi["start"] for gi in sim.load_state(host)["gpus"][0]["gpu_instances"] if gi["profile_id"] == 9)
+    assert three["name"] == f"gpu-0-mig-3g20gb-9-{start}" and three["capacity"]["memory"] == {"value": "19968Mi"}
+
+    # MIG on without devices: published as nothing.
+    assert migmanager.apply_config(host, config, "all-enabled")[0] == 0
+    kube_api.delete("Pod", kube_api.list("Pod", "nvidia-dra-driver-gpu")[0]["metadata"]["name"],
+                    "nvidia-dra-driver-gpu")
+    assert kube_api.get("ResourceSlice", "gpu-1-gpu.nvidia.com")["spec"]["devices"] == []
+
+
+def test_dynamic_mig_destroys_devices_it_did_not_create(kube_api, host, idle):
+    assert migmanager.apply_config(host, seed.DEFAULT_MIG_PARTED_CONFIG, "all-1g.10gb")[0] == 0
+    sim.add_process(host, 0, 4242, gi=sim.load_state(host)["gpus"][0]["gpu_instances"][0]["id"], ci=0)
+    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host), *seed.dra_driver(dynamic_mig=True))
+    [pod] = kube_api.list("Pod", "nvidia-dra-driver-gpu")
+    assert dra.feature_gates(pod) == {"DynamicMIG=true"}
+    state = sim.load_state(host)["gpus"][0]
+    assert state["mig"]["current"] == sim.MIG_ENABLE
+    assert len(state["gpu_instances"]) == 1  # the one with a process survives (NVML: in use)
+    [device] = kube_api.get("ResourceSlice", "gpu-1-gpu.nvidia.com")["spec"]["devices"]
+    assert device["attributes"]["type"] == {"string": "mig"}
+
+
+def test_seed_config_map_holds_the_mig_parted_config():
+    objs = seed.gpu_operator("ops", config_name="mine", mig_manager=False, device_plugin=False)
+    cm = next(o for o in objs if o["kind"] == "ConfigMap")
+    assert cm["metadata"] == {"name": "mine", "namespace": "ops"}
+    assert yaml.safe_load(cm["data"]["config.yaml"]) == seed.DEFAULT_MIG_PARTED_CONFIG
+    policy = objs[-1]
+    assert policy["spec"]["migManager"]["enabled"] is False and policy["spec"]["devicePlugin"]["enabled"] is False
+    assert policy["status"]["namespace"] == "ops"
+    assert os.path.basename(migmanager.SIM_BIN) == "sim-bin"

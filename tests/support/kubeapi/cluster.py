@@ -130,6 +130,11 @@ class Cluster:
         self._hooks.append(entry)
         return lambda: self._hooks.remove(entry)
 
+    def served_crds(self) -> set:
+        """Names of the CustomResourceDefinitions that exist: their kinds are served over HTTP."""
+        with self.lock:
+            return {key[3] for key in self._objects if key[:2] == ("apiextensions.k8s.io", "customresourcedefinitions")}
+
     # ----- API semantics -------------------------------------------------------------------------
 
     @staticmethod

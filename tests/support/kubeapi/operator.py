@@ -1,368 +1,217 @@
-"""The NVIDIA GPU Operator, its mig-manager, and NVIDIA's DRA kubelet plugin, as the API shows them.
+"""A simulated NVIDIA GPU Operator: node labelling and operand DaemonSets driven by a ClusterPolicy.
 
-Facts: reference gpu-operator.md sections 2 to 6 and mig-facts.md section 3.
+Active while a ClusterPolicy (nvidia.com/v1, seed.gpu_operator) exists; with several, the oldest
+one counts, as the real operator ignores the others. Each pass of the cluster's reconcile loop
+(shared with the other controllers) does what the operator's controllers do
+(reference/gpu-operator.md sections 2 and 3; NVIDIA/gpu-operator controllers/state_manager.go,
+nodelabeling_controller.go, object_controls.go):
 
-While a ClusterPolicy (nvidia.com/v1) exists, the operator controller
-- adds `nvidia.com/gpu.deploy.<operand>=true` on nodes labelled `nvidia.com/gpu.present=true`, only
-  where the label is absent or empty (a `false` or `paused-for-mig-change` stays); `mig-manager` only on
-  MIG-capable nodes (`nvidia.com/mig.capable=true`, else a product naming A100/A30/H100/H200);
-  `nvidia.com/gpu.deploy.operands=false` removes them all;
-- writes `nvidia.com/mig.config=all-disabled` on MIG-capable nodes without a (non-empty) mig.config when
-  migManager is enabled and its config.default is `all-disabled`, whatever the mig-manager deploy label says
-  (the real one does it on its reconcile triggers; here on every pass);
-- keeps the operand DaemonSets in the ClusterPolicy's `status.namespace`: `nvidia-device-plugin-daemonset`,
-  `gpu-feature-discovery` (both with MIG_STRATEGY) and `nvidia-mig-manager`, each on its deploy label, owned by
-  the ClusterPolicy; gone when disabled or when the ClusterPolicy goes.
+- Nodes with `nvidia.com/gpu.present=true` get the deploy labels STATE_LABELS, and MIG-capable
+  ones `nvidia.com/gpu.deploy.mig-manager`, set to "true" only where the label is absent or empty:
+  any other value (`false`, `paused-for-mig-change`) is left alone. `nvidia.com/gpu.deploy.operands=false`,
+  or a node whose gpu.present is not "true", loses every deploy label. This runs on every pass.
+- With migManager enabled (nil counts as enabled) and `migManager.config.default=all-disabled`, a
+  MIG-capable node whose `nvidia.com/mig.config` is missing or empty gets `all-disabled`, whatever its
+  gpu.deploy.mig-manager says. Like the real node-labelling controller this happens only on its
+  triggers: the ClusterPolicy created or its spec changed (generation), the node created, or the
+  node's gpu.present value, operands switch or MIG capability changed. Removing mig.config alone
+  does not bring it back until the next trigger.
+- Operand DaemonSets in status.namespace (OPERANDS): device plugin, GFD and mig-manager, each owned
+  (controller reference) by the ClusterPolicy and labelled app.kubernetes.io/managed-by=gpu-operator,
+  re-rendered when the ClusterPolicy changes (so mig.strategy changes roll the pods) and deleted when
+  their component is disabled or the ClusterPolicy goes.
 
-The simulated mig-manager acts, on a node linked to a simulated GPU host, when its pod starts (the node's
-current `nvidia.com/mig.config`) and when that label's value changes (the same value again, or an empty one,
-does nothing). In a worker thread, like mig-manager v0.15: the config name missing from the ConfigMap ->
-state `failed`; already in place -> `success` at once; else `pending`, device plugin and GFD paused
-(`paused-for-mig-change`), their pods gone, the config applied with the collection's own engine
-(migmanager_engine.py in a subprocess), labels back to `true`, `success` or `failed`.
-Knobs (node annotations): `kubeapi.test/mig-manager-wedge: once` makes the next run stop after pausing,
-with the state left `pending` (gpu-operator issue 2833; the annotation is removed); a new mig-manager pod
-puts paused labels back and applies the label again. `kubeapi.test/mig-manager-delay: <seconds>` slows
-each step (default 0.2). The engine's output lands in `kubeapi.test/mig-manager-log`.
-
-The simulated DRA kubelet plugin (pods labelled `app.kubernetes.io/name=dra-driver-nvidia-gpu`) publishes,
-when it starts, the ResourceSlice `<node>-gpu.nvidia.com` with the node's MIG devices (type mig, profile,
-uuid, parentUUID) and its GPUs without MIG (type gpu); a GPU with MIG on and no devices is left out. It
-reads the GPUs only at start. With `DynamicMIG=true` in FEATURE_GATES it destroys, at start, every MIG
-device it did not create (all of them), as the real one does.
+"MIG-capable" follows hasMIGCapableGPU: `nvidia.com/mig.capable` decides when present; otherwise a
+`nvidia.com/gpu.product` containing a100, a30 or h100 (the real list; H200 nodes rely on GFD's label).
+Not emulated: the driver, toolkit, validator, DCGM and MPS operands, vGPU/VM workload configs,
+per-node device-plugin configs, GPUCluster, and status conditions (status.state stays as seeded).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import tempfile
-import threading
-import time
+import copy
 import weakref
 
-import yaml
-
-from .deviceplugin import NVML_STATE_ANNOTATION, _simulator
-
 DEPLOY = "nvidia.com/gpu.deploy."
-PAUSED = "paused-for-mig-change"
-CONFIG = "nvidia.com/mig.config"
-STATE = "nvidia.com/mig.config.state"
-WEDGE = "kubeapi.test/mig-manager-wedge"
-DELAY = "kubeapi.test/mig-manager-delay"
-LOG = "kubeapi.test/mig-manager-log"
-OPERANDS = ("driver", "gpu-feature-discovery", "container-toolkit", "device-plugin", "dcgm", "dcgm-exporter",
-            "node-status-exporter", "operator-validator")
-MANAGED = {"app.kubernetes.io/managed-by": "gpu-operator"}
-DRA_APP = "dra-driver-nvidia-gpu"
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+GPU_PRESENT = "nvidia.com/gpu.present"
+MIG_CAPABLE = "nvidia.com/mig.capable"
+PRODUCT = "nvidia.com/gpu.product"
+MIG_CONFIG = "nvidia.com/mig.config"
+OPERANDS_LABEL = DEPLOY + "operands"
+MIG_MANAGER_LABEL = DEPLOY + "mig-manager"
+# gpuStateLabels for the container workload (GO controllers/state_manager.go).
+STATE_LABELS = tuple(DEPLOY + name for name in (
+    "driver", "gpu-feature-discovery", "container-toolkit", "device-plugin", "dcgm", "dcgm-exporter",
+    "node-status-exporter", "operator-validator", "client"))
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-operator"}
+DEFAULT_NAMESPACE = "gpu-operator"
+DEFAULT_MIG_CONFIG_MAP = "default-mig-parted-config"
 
-_seen: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()      # cluster -> {node: (pod uid, value)}
-_workers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # cluster -> {node: Thread}
-_dra_seen: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # cluster -> {node: pod uid}
+# name, ClusterPolicy section, nodeSelector label, image, gets MIG_STRATEGY
+OPERANDS = (
+    ("nvidia-device-plugin-daemonset", "devicePlugin", DEPLOY + "device-plugin",
+     "nvcr.io/nvidia/k8s-device-plugin:v0.20.0", True),
+    ("gpu-feature-discovery", "gfd", DEPLOY + "gpu-feature-discovery",
+     "nvcr.io/nvidia/k8s-device-plugin:v0.20.0", True),
+    ("nvidia-mig-manager", "migManager", MIG_MANAGER_LABEL,
+     "nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.15.0", False),
+)
 
-
-def policy_of(cluster):
-    policies = sorted(cluster.list("ClusterPolicy"), key=lambda p: p["metadata"]["name"])
-    return policies[0] if policies else None
-
-
-def namespace_of(policy):
-    return ((policy or {}).get("status") or {}).get("namespace") or "gpu-operator"
-
-
-def mig_capable(labels):
-    if "nvidia.com/mig.capable" in labels:
-        return labels["nvidia.com/mig.capable"] == "true"
-    product = labels.get("nvidia.com/gpu.product", "").lower()
-    return any(name in product for name in ("a100", "a30", "h100", "h200"))
+# cluster -> {"policy": (uid, generation) or None, "nodes": {name: trigger key}}
+_seen: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-# -- the operator ----------------------------------------------------------------
+def active_policy(cluster):
+    """The ClusterPolicy the operator acts on (the oldest), or None."""
+    policies = cluster.list("ClusterPolicy")
+    if not policies:
+        return None
+    return min(policies, key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]))
+
+
+def operand_namespace(policy) -> str:
+    return (policy.get("status") or {}).get("namespace") or DEFAULT_NAMESPACE
+
+
+def component_enabled(policy, section: str) -> bool:
+    """ClusterPolicy `<section>.enabled`; nil means enabled (IsEnabled)."""
+    return ((policy.get("spec") or {}).get(section) or {}).get("enabled") is not False
+
+
+def mig_config_map(policy) -> str:
+    """The ConfigMap mig-manager reads: migManager.config.name, or the default one when it is empty
+    (the real mig-manager then generates a per-node config instead; not emulated)."""
+    config = (((policy.get("spec") or {}).get("migManager") or {}).get("config") or {})
+    return config.get("name") or DEFAULT_MIG_CONFIG_MAP
+
+
+def mig_capable(labels: dict) -> bool:
+    if MIG_CAPABLE in labels:
+        return labels[MIG_CAPABLE] == "true"
+    product = labels.get(PRODUCT, "").lower()
+    return any(name in product for name in ("h100", "a100", "a30"))
+
 
 def reconcile(cluster):
-    policy = policy_of(cluster)
+    policy = active_policy(cluster)
+    memo = _seen.setdefault(cluster, {"policy": None, "nodes": {}})
     if policy is None:
-        for ds in cluster.list("DaemonSet", label_selector="app.kubernetes.io/managed-by=gpu-operator"):
-            cluster.delete("DaemonSet", ds["metadata"]["name"], ds["metadata"]["namespace"])
-        return
+        memo["policy"], memo["nodes"] = None, {}
+        return  # operands go with their owner (ownerReference cascade)
+    key = (policy["metadata"]["uid"], policy["metadata"].get("generation", 1))
+    policy_changed = memo["policy"] != key
+    memo["policy"] = key
     spec = policy.get("spec") or {}
-    namespace = namespace_of(policy)
-    if cluster.find("Namespace", namespace) is None:
-        cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     mig_manager = spec.get("migManager") or {}
-    manager_on = mig_manager.get("enabled") is not False
-    default = (mig_manager.get("config") or {}).get("default", "all-disabled")
+    default_disabled = component_enabled(policy, "migManager") and \
+        (mig_manager.get("config") or {}).get("default", "all-disabled") == "all-disabled"
+    names = set()
     for node in cluster.list("Node"):
-        _label_node(cluster, node, manager_on, default)
-    strategy = (spec.get("mig") or {}).get("strategy") or ""
+        meta = node["metadata"]
+        labels = meta.get("labels") or {}
+        names.add(meta["name"])
+        trigger = (meta["uid"], labels.get(GPU_PRESENT), labels.get(OPERANDS_LABEL) == "false", mig_capable(labels))
+        triggered = policy_changed or memo["nodes"].get(meta["name"]) != trigger
+        memo["nodes"][meta["name"]] = trigger
+        patch = node_label_patch(labels, default_disabled and triggered)
+        if patch:
+            cluster.patch("Node", meta["name"], {"metadata": {"labels": patch}})
+    for gone in set(memo["nodes"]) - names:
+        del memo["nodes"][gone]
+    _sync_operands(cluster, policy)
+
+
+def node_label_patch(labels: dict, default_mig_config: bool) -> dict:
+    """The label changes the operator makes on one node (None values remove)."""
+    deploy = [k for k in labels if k in STATE_LABELS or k == MIG_MANAGER_LABEL]
+    if labels.get(GPU_PRESENT) != "true" or labels.get(OPERANDS_LABEL) == "false":
+        return {k: None for k in deploy}
+    patch = {k: "true" for k in STATE_LABELS if not labels.get(k)}
+    capable = mig_capable(labels)
+    if capable and not labels.get(MIG_MANAGER_LABEL):
+        patch[MIG_MANAGER_LABEL] = "true"
+    if capable and default_mig_config and not labels.get(MIG_CONFIG):
+        patch[MIG_CONFIG] = "all-disabled"
+    return patch
+
+
+def _sync_operands(cluster, policy):
+    namespace = operand_namespace(policy)
+    if not cluster.find("Namespace", namespace):
+        cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     wanted = {}
-    if (spec.get("devicePlugin") or {}).get("enabled") is not False:
-        wanted["nvidia-device-plugin-daemonset"] = _operand(policy, "nvidia-device-plugin-daemonset",
-                                                            "device-plugin", strategy)
-    if (spec.get("gfd") or {}).get("enabled") is not False:
-        wanted["gpu-feature-discovery"] = _operand(policy, "gpu-feature-discovery", "gpu-feature-discovery", strategy)
-    if manager_on:
-        wanted["nvidia-mig-manager"] = _operand(policy, "nvidia-mig-manager", "mig-manager", None)
-    for ds in cluster.list("DaemonSet", namespace, label_selector="app.kubernetes.io/managed-by=gpu-operator"):
-        if ds["metadata"]["name"] not in wanted:
-            cluster.delete("DaemonSet", ds["metadata"]["name"], namespace)
+    for name, section, selector, image, strategy in OPERANDS:
+        if component_enabled(policy, section):
+            wanted[name] = operand_daemonset(policy, name, selector, image, strategy)
+    uid = policy["metadata"]["uid"]
+    for ds in cluster.list("DaemonSet"):
+        refs = ds["metadata"].get("ownerReferences") or []
+        if any(r.get("uid") == uid and r.get("controller") for r in refs) and \
+                (ds["metadata"]["name"] not in wanted or ds["metadata"]["namespace"] != namespace):
+            cluster.delete("DaemonSet", ds["metadata"]["name"], ds["metadata"]["namespace"])
     for name, manifest in wanted.items():
         existing = cluster.find("DaemonSet", name, namespace)
         if existing is None:
             cluster.create(manifest)
-        elif existing["spec"]["template"] != manifest["spec"]["template"]:
-            cluster.patch("DaemonSet", name, {"spec": {"template": manifest["spec"]["template"]}}, namespace)
+            continue
+        if _rendered(existing) != _rendered(manifest):
+            updated = copy.deepcopy(existing)
+            updated["metadata"]["labels"] = manifest["metadata"]["labels"]
+            updated["metadata"]["ownerReferences"] = manifest["metadata"]["ownerReferences"]
+            updated["spec"] = dict(existing.get("spec") or {}, selector=manifest["spec"]["selector"],
+                                   template=manifest["spec"]["template"])
+            cluster.replace(updated)
 
 
-def _label_node(cluster, node, manager_on, default):
-    labels = node["metadata"].get("labels") or {}
-    if labels.get("nvidia.com/gpu.present") != "true":
-        return
-    change = {}
-    if labels.get(DEPLOY + "operands") == "false":
-        change = dict((k, None) for k in labels if k.startswith(DEPLOY) and k != DEPLOY + "operands")
-    else:
-        components = list(OPERANDS) + (["mig-manager"] if mig_capable(labels) else [])
-        change = dict((DEPLOY + c, "true") for c in components if not labels.get(DEPLOY + c))
-        if manager_on and default == "all-disabled" and mig_capable(labels) and not labels.get(CONFIG):
-            change[CONFIG] = "all-disabled"
-    if change:
-        cluster.patch("Node", node["metadata"]["name"], {"metadata": {"labels": change}})
+def _rendered(ds):
+    meta, spec = ds["metadata"], ds.get("spec") or {}
+    return (meta.get("labels"), meta.get("ownerReferences"), spec.get("selector"), spec.get("template"))
 
 
-def _operand(policy, name, component, strategy):
-    env = [{"name": "MIG_STRATEGY", "value": strategy}] if strategy else []
+def operand_daemonset(policy, name, selector, image, with_strategy):
+    """An operand DaemonSet as the operator renders it (only the fields the emulator and roles read)."""
+    spec = policy.get("spec") or {}
+    namespace = operand_namespace(policy)
+    env = []
+    if with_strategy:
+        strategy = (spec.get("mig") or {}).get("strategy", "single")
+        if strategy:
+            env.append({"name": "MIG_STRATEGY", "value": strategy})
+        env.append({"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"})
+    volumes, mounts = [], []
+    if name == "nvidia-mig-manager":
+        mig_manager = spec.get("migManager") or {}
+        env += [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                {"name": "CONFIG_FILE", "value": "/mig-parted-config/config.yaml"},
+                {"name": "DEFAULT_GPU_CLIENTS_NAMESPACE", "value": namespace}]
+        env += [dict(e) for e in mig_manager.get("env") or []]
+        volumes.append({"name": "mig-parted-config", "configMap": {"name": mig_config_map(policy)}})
+        mounts.append({"name": "mig-parted-config", "mountPath": "/mig-parted-config"})
+    container = {"name": name, "image": image, "env": env, "securityContext": {"privileged": True}}
+    if mounts:
+        container["volumeMounts"] = mounts
+    pod_labels = {"app": name}
+    template_spec = {
+        "nodeSelector": {selector: "true"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "priorityClassName": "system-node-critical",
+        "serviceAccountName": name if name != "nvidia-device-plugin-daemonset" else "nvidia-device-plugin",
+        "containers": [container],
+    }
+    if volumes:
+        template_spec["volumes"] = volumes
     return {
         "apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": {"name": name, "namespace": namespace_of(policy), "labels": dict(MANAGED, app=name),
-                     "ownerReferences": [{"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
-                                          "name": policy["metadata"]["name"], "uid": policy["metadata"]["uid"],
-                                          "controller": True, "blockOwnerDeletion": True}]},
+        "metadata": {
+            "name": name, "namespace": namespace,
+            "labels": dict({"app": name}, **MANAGED_BY, **{"helm.sh/chart": "gpu-operator-v26.7.0"}),
+            "ownerReferences": [{"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+                                 "name": policy["metadata"]["name"], "uid": policy["metadata"]["uid"],
+                                 "controller": True, "blockOwnerDeletion": True}],
+        },
         "spec": {
-            "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": {"app": name}},
-                         "spec": {"nodeSelector": {DEPLOY + component: "true"},
-                                  "containers": [{"name": name, "image": "nvcr.io/nvidia/" + name, "env": env}]}},
+            "selector": {"matchLabels": dict(pod_labels)},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "1"}},
+            "template": {"metadata": {"labels": dict(pod_labels, **MANAGED_BY)}, "spec": template_spec},
         },
     }
-
-
-# -- mig-manager -----------------------------------------------------------------
-
-def mig_manager(cluster):
-    """Start a worker where a mig-manager pod started or its node's mig.config changed (never blocks)."""
-    seen = _seen.setdefault(cluster, {})
-    policy = policy_of(cluster)
-    if policy is None:
-        return
-    for pod in cluster.list("Pod", namespace_of(policy), label_selector="app=nvidia-mig-manager"):
-        node_name = (pod.get("spec") or {}).get("nodeName")
-        node = cluster.find("Node", node_name) if node_name else None
-        if node is None or pod["metadata"].get("deletionTimestamp"):
-            continue
-        if not (node["metadata"].get("annotations") or {}).get(NVML_STATE_ANNOTATION):
-            continue
-        value = (node["metadata"].get("labels") or {}).get(CONFIG, "")
-        before = seen.get(node_name)
-        started = before is None or before[0] != pod["metadata"]["uid"]
-        seen[node_name] = (pod["metadata"]["uid"], value)
-        if started or (value and value != before[1]):
-            _start_worker(cluster, node_name, pod["metadata"]["uid"], value)
-
-
-def _start_worker(cluster, node_name, pod_uid, value):
-    workers = _workers.setdefault(cluster, {})
-    thread = threading.Thread(target=_run_guarded, args=(cluster, node_name, pod_uid, value, workers.get(node_name)),
-                              name="mig-manager-%s" % node_name, daemon=True)
-    workers[node_name] = thread
-    thread.start()
-
-
-def wait_idle(cluster, timeout=60.0):
-    """Wait until no simulated mig-manager is working (for tests)."""
-    deadline = time.monotonic() + timeout
-    for thread in list(_workers.get(cluster, {}).values()):
-        thread.join(max(0.0, deadline - time.monotonic()))
-
-
-def _run_guarded(cluster, node_name, pod_uid, value, previous):
-    if previous is not None:
-        previous.join()          # one run at a time per node, in order
-    try:
-        _run(cluster, node_name, pod_uid, value)
-    except Exception as exc:    # a broken worker must fail the test
-        cluster.errors.append(exc)
-
-
-def _annotations(cluster, node_name):
-    return cluster.get("Node", node_name)["metadata"].get("annotations") or {}
-
-
-def _labels(cluster, node_name):
-    return cluster.get("Node", node_name)["metadata"].get("labels") or {}
-
-
-def _set_labels(cluster, node_name, labels, annotations=None):
-    body = {"metadata": {"labels": labels}}
-    if annotations:
-        body["metadata"]["annotations"] = annotations
-    with cluster.lock:
-        cluster.patch("Node", node_name, body)
-
-
-def _restore_paused(cluster, node_name):
-    """Every deploy label left paused goes back to true (mig-manager's maybeSetTrue)."""
-    paused = dict((k, "true") for k, v in _labels(cluster, node_name).items() if k.startswith(DEPLOY) and v == PAUSED)
-    if paused:
-        _set_labels(cluster, node_name, paused)
-
-
-def _run(cluster, node_name, pod_uid, value):
-    delay = float(_annotations(cluster, node_name).get(DELAY, "0.2"))
-    time.sleep(delay)
-    if not value:
-        _restore_paused(cluster, node_name)
-        return
-    policy = policy_of(cluster)
-    if policy is None:
-        return
-    namespace = namespace_of(policy)
-    config_name = ((policy.get("spec") or {}).get("migManager") or {}).get("config", {}).get("name") \
-        or "default-mig-parted-config"
-    configmap = cluster.find("ConfigMap", config_name, namespace)
-    text = ((configmap or {}).get("data") or {}).get("config.yaml", "")
-    configs = ((yaml.safe_load(text) or {}) if text else {}).get("mig-configs") or {}
-    if value not in configs:
-        _restore_paused(cluster, node_name)
-        _set_labels(cluster, node_name, {STATE: "failed"},
-                    {LOG: "config %r is not in ConfigMap %s/%s" % (value, namespace, config_name)})
-        return
-    state = _annotations(cluster, node_name)[NVML_STATE_ANNOTATION]
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
-        handle.write(text)
-    try:
-        if _engine(state, handle.name, value, check=True)[0] == 10:
-            _restore_paused(cluster, node_name)
-            _set_labels(cluster, node_name, {STATE: "success"})
-            return
-        _set_labels(cluster, node_name, {STATE: "pending"})
-        time.sleep(delay)
-        labels = _labels(cluster, node_name)
-        pause = dict((DEPLOY + c, PAUSED) for c in ("device-plugin", "gpu-feature-discovery")
-                     if labels.get(DEPLOY + c) not in (None, "", "false"))
-        if pause:
-            _set_labels(cluster, node_name, pause)
-        if _annotations(cluster, node_name).get(WEDGE) == "once":
-            _set_labels(cluster, node_name, {}, {WEDGE: None})
-            return                  # gpu-operator issue 2833: nothing restores the labels or the state
-        _wait_operands_gone(cluster, node_name)
-        rc, output = _engine(state, handle.name, value)
-        _restore_paused(cluster, node_name)
-        _set_labels(cluster, node_name, {STATE: "success" if rc == 0 else "failed"}, {LOG: output[-2000:]})
-    finally:
-        os.unlink(handle.name)
-
-
-def _wait_operands_gone(cluster, node_name, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pods = [p for p in cluster.list("Pod", field_selector="spec.nodeName=%s" % node_name)
-                if (p["metadata"].get("labels") or {}).get("app") in ("nvidia-device-plugin-daemonset",
-                                                                        "gpu-feature-discovery")]
-        if not pods:
-            return
-        time.sleep(0.1)
-
-
-def _engine(state, config_file, name, check=False):
-    return _run_engine(state, [config_file, name] + (["--check"] if check else []))
-
-
-def _run_engine(state, args):
-    # Inside mig-manager's container the driver is injected: use the simulated host's driver root, if any.
-    driver_root = (_simulator()[0].load_state(state).get("host") or {}).get("driver_root") or ""
-    env = dict(os.environ, GPUOPS_MIG_SIMULATE=state, GPUOPS_SIM_DRIVER_ROOT=driver_root,
-               PATH=os.path.join(REPO, "tools", "sim-bin") + os.pathsep + os.environ.get("PATH", ""),
-               PYTHONPATH=os.pathsep.join([REPO, os.path.join(REPO, "simulator"),
-                                           os.path.join(REPO, ".build", "collections")]))
-    cmd = [sys.executable, "-m", "tests.support.kubeapi.migmanager_engine"] + args
-    proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, check=False)
-    return proc.returncode, proc.stdout + proc.stderr
-
-
-# -- NVIDIA's DRA kubelet plugin ---------------------------------------------------
-
-def dra_plugin(cluster):
-    seen = _dra_seen.setdefault(cluster, {})
-    for pod in cluster.list("Pod", label_selector="app.kubernetes.io/name=%s" % DRA_APP):
-        node_name = (pod.get("spec") or {}).get("nodeName")
-        node = cluster.find("Node", node_name) if node_name else None
-        if node is None or seen.get(node_name) == pod["metadata"]["uid"]:
-            continue
-        state = (node["metadata"].get("annotations") or {}).get(NVML_STATE_ANNOTATION)
-        if not state:
-            continue
-        seen[node_name] = pod["metadata"]["uid"]
-        if _dynamic_mig(pod):
-            _destroy_all(state)
-        _publish_slice(cluster, node_name, state)
-
-
-def _dynamic_mig(pod):
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        for env in container.get("env") or []:
-            if env.get("name") == "FEATURE_GATES" and "DynamicMIG=true" in (env.get("value") or "").replace(" ", ""):
-                return True
-    return False
-
-
-def _destroy_all(state):
-    rc, output = _run_engine(state, ["--destroy-all"])
-    if rc != 0:
-        raise RuntimeError("simulated DRA driver could not destroy the MIG devices: " + output)
-
-
-def _publish_slice(cluster, node_name, state):
-    sim, models = _simulator()
-    data = sim.load_state(state)
-    devices = []
-    for index, gpu in enumerate(data["gpus"]):
-        model = models.MODELS[gpu["model"]]
-        mig_on = bool(gpu.get("mig")) and gpu["mig"]["current"] == sim.MIG_ENABLE
-        if not mig_on:
-            devices.append({"name": "gpu-%d" % index, "attributes": {"type": {"string": "gpu"},
-                                                                    "uuid": {"string": gpu["uuid"]}}})
-            continue
-        for gi in sorted(gpu.get("gpu_instances") or [], key=lambda g: g["id"]):
-            profile = models.gi_profile_by_id(model, gi["profile_id"])
-            for ci in gi.get("compute_instances") or []:
-                if ci["size"] != profile.sm_slices:
-                    continue
-                devices.append({
-                    "name": "gpu-%d-mig-%s-%d-%d" % (index, profile.name.replace(".", "").replace("+", "-"),
-                                                     gi["profile_id"], gi["start"]),
-                    "attributes": {"type": {"string": "mig"}, "profile": {"string": profile.name},
-                                   "uuid": {"string": ci["uuid"]}, "parentUUID": {"string": gpu["uuid"]}},
-                    "capacity": {"memory": {"value": "%dMi" % profile.memory_mib}},
-                })
-    name = "%s-gpu.nvidia.com" % node_name
-    old = cluster.find("ResourceSlice", name)
-    generation = ((old or {}).get("spec", {}).get("pool") or {}).get("generation", 0) + 1
-    manifest = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": name},
-                "spec": {"driver": "gpu.nvidia.com", "nodeName": node_name,
-                         "pool": {"name": node_name, "generation": generation, "resourceSliceCount": 1},
-                         "devices": devices}}
-    if old is not None:
-        cluster.delete("ResourceSlice", name)
-    cluster.create(manifest)
-
-
-def describe(cluster, node_name):
-    """For post-mortems: the node's labels and the mig-manager log."""
-    node = cluster.get("Node", node_name)
-    return json.dumps({"labels": node["metadata"].get("labels"),
-                       "log": (node["metadata"].get("annotations") or {}).get(LOG)}, indent=1)

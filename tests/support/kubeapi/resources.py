@@ -21,15 +21,16 @@ class Resource:
     namespaced: bool
     short_names: tuple = ()
     has_status: bool = False  # has a /status subresource
+    crd: str = ""  # a custom resource: served (discovery and REST) only while this CRD object exists
 
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 
 
-def _r(group_version, plural, kind, namespaced, short="", status=False):
+def _r(group_version, plural, kind, namespaced, short="", status=False, crd=""):
     group, _slash, version = group_version.rpartition("/")
-    return Resource(group, version, plural, kind, namespaced, tuple(short.split()), status)
+    return Resource(group, version, plural, kind, namespaced, tuple(short.split()), status, crd)
 
 
 CATALOG = [
@@ -61,9 +62,6 @@ CATALOG = [
     _r("rbac.authorization.k8s.io/v1", "clusterroles", "ClusterRole", False),
     _r("rbac.authorization.k8s.io/v1", "clusterrolebindings", "ClusterRoleBinding", False),
     _r("coordination.k8s.io/v1", "leases", "Lease", True),
-    _r("nvidia.com/v1", "clusterpolicies", "ClusterPolicy", False, "", True),
-    _r("resource.k8s.io/v1", "resourceslices", "ResourceSlice", False),
-    _r("resource.k8s.io/v1", "deviceclasses", "DeviceClass", False),
     _r("apiextensions.k8s.io/v1", "customresourcedefinitions", "CustomResourceDefinition", False, "crd crds", True),
     _r("storage.k8s.io/v1", "storageclasses", "StorageClass", False, "sc"),
     _r("storage.k8s.io/v1", "csidrivers", "CSIDriver", False),
@@ -76,13 +74,20 @@ CATALOG = [
     _r("node.k8s.io/v1", "runtimeclasses", "RuntimeClass", False),
     _r("admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations", "MutatingWebhookConfiguration", False),
     _r("admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", "ValidatingWebhookConfiguration", False),
+    # Dynamic Resource Allocation (GA as resource.k8s.io/v1 in Kubernetes 1.34).
+    _r("resource.k8s.io/v1", "resourceslices", "ResourceSlice", False),
+    _r("resource.k8s.io/v1", "deviceclasses", "DeviceClass", False),
+    _r("resource.k8s.io/v1", "resourceclaims", "ResourceClaim", True, "", True),
+    _r("resource.k8s.io/v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
+    # Custom resources: served only while their CRD exists (seed.gpu_operator creates it).
+    _r("nvidia.com/v1", "clusterpolicies", "ClusterPolicy", False, "", True, crd="clusterpolicies.nvidia.com"),
 ]
 
 # Kinds whose metadata.generation counts spec changes (what their controllers compare
 # status.observedGeneration against).
 GENERATION_KINDS = {
     "Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job", "CronJob",
-    "PodDisruptionBudget", "CustomResourceDefinition",
+    "PodDisruptionBudget", "CustomResourceDefinition", "ClusterPolicy", "DeviceClass",
 }
 
 # Kinds that `kubectl get all` lists.
@@ -111,31 +116,38 @@ def by_kind(kind: str, api_version: str | None = None) -> Resource:
     return res
 
 
-def groups() -> dict:
+def served(res: Resource, crds=None) -> bool:
+    """Whether `res` is served; crds: names of the CRDs that exist (None: serve every kind)."""
+    return not res.crd or crds is None or res.crd in crds
+
+
+def groups(crds=None) -> dict:
     """group name -> version, in catalog order; the core group is ''."""
     out = {}
     for res in CATALOG:
-        out.setdefault(res.group, res.version)
+        if served(res, crds):
+            out.setdefault(res.group, res.version)
     return out
 
 
-def api_group(name: str) -> dict:
-    gv = {"groupVersion": f"{name}/{groups()[name]}", "version": groups()[name]}
+def api_group(name: str, crds=None) -> dict:
+    version = groups(crds)[name]
+    gv = {"groupVersion": f"{name}/{version}", "version": version}
     return {"name": name, "versions": [gv], "preferredVersion": gv}
 
 
-def api_group_list() -> dict:
+def api_group_list(crds=None) -> dict:
     return {
         "kind": "APIGroupList",
         "apiVersion": "v1",
-        "groups": [api_group(name) for name in groups() if name],
+        "groups": [api_group(name, crds) for name in groups(crds) if name],
     }
 
 
-def api_resource_list(group: str, version: str) -> dict:
+def api_resource_list(group: str, version: str, crds=None) -> dict:
     entries = []
     for res in CATALOG:
-        if res.group != group or res.version != version:
+        if res.group != group or res.version != version or not served(res, crds):
             continue
         entry = {
             "name": res.plural,

@@ -14,6 +14,9 @@ def namespace(name: str) -> dict:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
 
 
+namespace_manifest = namespace  # for helpers whose `namespace` parameter shadows the function
+
+
 def node(name: str, labels: dict | None = None, *, unschedulable: bool = False, taints: list | None = None,
          allocatable: dict | None = None, nvml_state: str | None = None) -> dict:
     """A Ready node. `nvml_state` links it to a simulated GPU state file (see deviceplugin.py)."""
@@ -131,58 +134,139 @@ def load_manifests(path) -> list:
     return objs
 
 
-DEFAULT_OPERATOR_CONFIG = {
+# ----- NVIDIA GPU Operator and DRA driver ------------------------------------------------------------
+
+# A small mig-parted v1 config in the shape of the operator's default-mig-parted-config: one entry per
+# device-filter where a profile's count differs by GPU type (PCI device ids as in gpuops_mig_sim.models).
+A100_40GB, A100_80GB, H100_80GB, A30 = "0x20B010DE", "0x20B210DE", "0x233010DE", "0x20B710DE"
+DEFAULT_MIG_PARTED_CONFIG = {
     "version": "v1",
     "mig-configs": {
         "all-disabled": [{"devices": "all", "mig-enabled": False}],
         "all-enabled": [{"devices": "all", "mig-enabled": True, "mig-devices": {}}],
-        "all-1g.10gb": [{"device-filter": ["0x233010DE"], "devices": "all", "mig-enabled": True,
-                         "mig-devices": {"1g.10gb": 7}},
-                        {"device-filter": ["0x20B010DE"], "devices": "all", "mig-enabled": True,
-                         "mig-devices": {"1g.5gb": 7}}],
-        "all-3g.40gb": [{"device-filter": ["0x233010DE"], "devices": "all", "mig-enabled": True,
-                         "mig-devices": {"3g.40gb": 2}}],
-        "all-balanced": [{"device-filter": ["0x233010DE"], "devices": "all", "mig-enabled": True,
-                          "mig-devices": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}}],
+        "all-1g.5gb": [{"device-filter": [A100_40GB], "devices": "all", "mig-enabled": True,
+                        "mig-devices": {"1g.5gb": 7}}],
+        "all-1g.10gb": [
+            {"device-filter": [A100_40GB], "devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 4}},
+            {"device-filter": [A100_80GB, H100_80GB], "devices": "all", "mig-enabled": True,
+             "mig-devices": {"1g.10gb": 7}},
+        ],
+        "all-1g.6gb": [{"device-filter": [A30], "devices": "all", "mig-enabled": True,
+                        "mig-devices": {"1g.6gb": 4}}],
+        "all-2g.20gb": [{"device-filter": [A100_80GB, H100_80GB], "devices": "all", "mig-enabled": True,
+                         "mig-devices": {"2g.20gb": 3}}],
+        "all-3g.20gb": [{"device-filter": [A100_40GB], "devices": "all", "mig-enabled": True,
+                         "mig-devices": {"3g.20gb": 2}}],
+        "all-balanced": [
+            {"device-filter": [A100_40GB], "devices": "all", "mig-enabled": True,
+             "mig-devices": {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}},
+            {"device-filter": [A100_80GB, H100_80GB], "devices": "all", "mig-enabled": True,
+             "mig-devices": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}},
+            {"device-filter": [A30], "devices": "all", "mig-enabled": True,
+             "mig-devices": {"1g.6gb": 2, "2g.12gb": 1}},
+        ],
     },
 }
+
+CLUSTER_POLICY_CRD = "clusterpolicies.nvidia.com"
+
+
+def cluster_policy_crd() -> dict:
+    """The CustomResourceDefinition clusterpolicies.nvidia.com (the emulator serves ClusterPolicy while it exists)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": CLUSTER_POLICY_CRD, "labels": {"app.kubernetes.io/component": "gpu-operator"}},
+        "spec": {
+            "group": "nvidia.com", "scope": "Cluster",
+            "names": {"kind": "ClusterPolicy", "listKind": "ClusterPolicyList", "plural": "clusterpolicies",
+                      "singular": "clusterpolicy"},
+            "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}},
+                          "schema": {"openAPIV3Schema": {"type": "object",
+                                                         "x-kubernetes-preserve-unknown-fields": True}}}],
+        },
+        "status": {
+            "acceptedNames": {"kind": "ClusterPolicy", "listKind": "ClusterPolicyList", "plural": "clusterpolicies",
+                              "singular": "clusterpolicy"},
+            "conditions": [{"type": "NamesAccepted", "status": "True", "reason": "NoConflicts"},
+                           {"type": "Established", "status": "True", "reason": "InitialNamesAccepted"}],
+            "storedVersions": ["v1"],
+        },
+    }
 
 
 def gpu_operator(namespace: str = "gpu-operator", *, mig_strategy: str = "single", mig_manager: bool = True,
                  config_name: str = "default-mig-parted-config", config: dict | None = None,
-                 device_plugin: bool = True, gfd: bool = True, config_default: str = "all-disabled") -> list:
-    """The GPU Operator's ClusterPolicy `cluster-policy` and its MIG config ConfigMap (see operator.py)."""
+                 device_plugin: bool = True, gfd: bool = True, config_default: str = "all-disabled",
+                 driver: bool = True) -> list:
+    """What a GPU Operator install leaves behind, for the emulator's operator (operator.py) to act on:
+    the CRD, the namespace, the ConfigMap `config_name` (key config.yaml, the mig-parted `config`, by
+    default DEFAULT_MIG_PARTED_CONFIG) and the ClusterPolicy `cluster-policy`. Seed them in this order."""
+    text = yaml.safe_dump(config if config is not None else DEFAULT_MIG_PARTED_CONFIG, sort_keys=False)
     policy = {
-        "apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cluster-policy"},
-        "spec": {"mig": {"strategy": mig_strategy},
-                 "migManager": {"enabled": mig_manager, "config": {"name": config_name, "default": config_default}},
-                 "devicePlugin": {"enabled": device_plugin}, "gfd": {"enabled": gfd}, "driver": {"enabled": True}},
+        "apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "cluster-policy", "labels": {"app.kubernetes.io/component": "gpu-operator"}},
+        "spec": {
+            "operator": {"defaultRuntime": "containerd"},
+            "mig": {"strategy": mig_strategy},
+            "migManager": {"enabled": mig_manager, "config": {"name": config_name, "default": config_default},
+                           "env": [{"name": "WITH_REBOOT", "value": "false"}]},
+            "devicePlugin": {"enabled": device_plugin},
+            "gfd": {"enabled": gfd},
+            "driver": {"enabled": driver},
+            "toolkit": {"enabled": True},
+            "validator": {"plugin": {"env": [{"name": "WITH_WORKLOAD", "value": "false"}]}},
+            "cdi": {"enabled": True},
+            "daemonsets": {"updateStrategy": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "1"}},
+        },
         "status": {"namespace": namespace, "state": "ready"},
     }
-    configmap = {"apiVersion": "v1", "kind": "ConfigMap",
-                 "metadata": {"name": config_name or "default-mig-parted-config", "namespace": namespace},
-                 "data": {"config.yaml": yaml.safe_dump(config or DEFAULT_OPERATOR_CONFIG, sort_keys=False)}}
-    return [namespace_(namespace), policy, configmap]
+    objs = [cluster_policy_crd(), namespace_manifest(namespace)]
+    if config_name:
+        objs.append({"apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": {"name": config_name, "namespace": namespace},
+                     "data": {"config.yaml": text}})
+    objs.append(policy)
+    return objs
+
+
+DRA_DRIVER = "gpu.nvidia.com"
+DRA_POD_LABEL = {"app.kubernetes.io/name": "dra-driver-nvidia-gpu"}
 
 
 def dra_driver(namespace: str = "nvidia-dra-driver-gpu", *, dynamic_mig: bool = False,
                node_selector: dict | None = None) -> list:
-    """NVIDIA's DRA driver: its kubelet-plugin DaemonSet and the mig.nvidia.com DeviceClass (see operator.py)."""
-    env = [{"name": "FEATURE_GATES", "value": "DynamicMIG=true" if dynamic_mig else ""}]
-    labels = {"app.kubernetes.io/name": "dra-driver-nvidia-gpu"}
+    """NVIDIA's DRA driver for GPUs as its chart installs it (kubelet plugin only): the namespace, the
+    DaemonSet dra-driver-nvidia-gpu-kubelet-plugin (pods labelled app.kubernetes.io/name=dra-driver-nvidia-gpu;
+    env FEATURE_GATES=DynamicMIG=true with dynamic_mig; the chart's default affinity on
+    nvidia.com/gpu.present=true unless node_selector is given) and the DeviceClasses gpu.nvidia.com and
+    mig.nvidia.com. The emulator's dra.py plays the plugin on nodes linked to a simulated GPU host."""
+    labels = dict(DRA_POD_LABEL, **{"app.kubernetes.io/component": "kubelet-plugin"})
+    env = [{"name": "NVIDIA_DRIVER_ROOT", "value": "/"}]
+    if dynamic_mig:
+        env.append({"name": "FEATURE_GATES", "value": "DynamicMIG=true"})
+    spec = {"serviceAccountName": "dra-driver-nvidia-gpu-service-account",
+            "containers": [{"name": "gpus", "image": "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1",
+                            "env": env}]}
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
+    else:
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}]}}}
     daemonset = {
         "apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": {"name": "dra-driver-nvidia-gpu-kubelet-plugin", "namespace": namespace},
-        "spec": {"selector": {"matchLabels": labels},
-                 "template": {"metadata": {"labels": labels},
-                              "spec": {"nodeSelector": node_selector or {"nvidia.com/gpu.present": "true"},
-                                       "containers": [{"name": "gpus", "image": "dra-driver-nvidia-gpu",
-                                                       "env": env}]}}},
+        "metadata": {"name": "dra-driver-nvidia-gpu-kubelet-plugin", "namespace": namespace, "labels": dict(labels)},
+        "spec": {"selector": {"matchLabels": dict(labels)}, "updateStrategy": {"type": "RollingUpdate"},
+                 "template": {"metadata": {"labels": dict(labels)}, "spec": spec}},
     }
-    deviceclass = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "mig.nvidia.com"},
-                   "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com' && "
-                                                                 "device.attributes['gpu.nvidia.com'].type == 'mig'"}}]}}
-    return [namespace_(namespace), daemonset, deviceclass]
 
+    def device_class(name, expression):
+        return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
+                "spec": {"selectors": [{"cel": {"expression": expression}}]}}
 
-namespace_ = namespace
+    return [
+        namespace_manifest(namespace), daemonset,
+        device_class("gpu.nvidia.com", "device.driver == 'gpu.nvidia.com' && "
+                                       "device.attributes['gpu.nvidia.com'].type == 'gpu'"),
+        device_class("mig.nvidia.com", "device.driver == 'gpu.nvidia.com' && "
+                                       "device.attributes['gpu.nvidia.com'].type == 'mig'"),
+    ]

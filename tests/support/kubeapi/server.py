@@ -130,6 +130,8 @@ class KubeAPI(Cluster):
             if fixed is not None:
                 return fixed
             res, namespace, name, sub = self._resource_path(request.path)
+            if not resources.served(res, self.served_crds()):
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
             if request.method == "GET" and name is None and query.get("watch") in ("1", "true"):
                 return await self._watch(request, res, namespace, query)
             payload, code = self._dispatch(request.method, res, namespace, name, sub, query,
@@ -157,14 +159,15 @@ class KubeAPI(Cluster):
         if parts == ["api"]:
             return web.json_response({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
                 {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{self.host}:{self.port}"}]})
+        crds = self.served_crds()
         if parts == ["apis"]:
-            return web.json_response(resources.api_group_list())
-        if len(parts) == 2 and parts[0] == "apis" and parts[1] in resources.groups():
-            return web.json_response(dict(resources.api_group(parts[1]), kind="APIGroup", apiVersion="v1"))
+            return web.json_response(resources.api_group_list(crds))
+        if len(parts) == 2 and parts[0] == "apis" and parts[1] in resources.groups(crds):
+            return web.json_response(dict(resources.api_group(parts[1], crds), kind="APIGroup", apiVersion="v1"))
         if parts == ["api", "v1"]:
-            return web.json_response(resources.api_resource_list("", "v1"))
-        if len(parts) == 3 and parts[0] == "apis" and resources.groups().get(parts[1]) == parts[2]:
-            return web.json_response(resources.api_resource_list(parts[1], parts[2]))
+            return web.json_response(resources.api_resource_list("", "v1", crds))
+        if len(parts) == 3 and parts[0] == "apis" and resources.groups(crds).get(parts[1]) == parts[2]:
+            return web.json_response(resources.api_resource_list(parts[1], parts[2], crds))
         if not parts or parts[0] not in ("api", "apis"):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         return None
