@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: Contributors to the gpuops.mig collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Take what the execution environment needs from PyPI wheels (ee/wheels.txt, hash-pinned), so that
