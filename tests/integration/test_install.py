@@ -15,6 +15,7 @@ import sys
 import tarfile
 
 import pytest
+import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -27,13 +28,13 @@ NOT_SHIPPED = ("tests/", "bench/", "tools/sim-bin/", "extensions/", "scripts/", 
                ".ci/", ".build/", ".venv/", "changelogs/fragments/", "conftest.py", "pytest.ini",
                "requirements-dev.txt", "execution-environment.yml", "ee/")
 # What users need (docs/install.md, "What the tarball holds").
-SHIPPED = ("MANIFEST.json", "FILES.json", "README.md", "requirements.yml",
+SHIPPED = ("MANIFEST.json", "FILES.json", "README.md", "CHANGELOG.md", "requirements.yml",
            "meta/runtime.yml", "meta/execution-environment.yml", "meta/ee-requirements.txt",
            "plugins/modules/mig_facts.py", "plugins/modules/mig_mode.py",
            "plugins/modules/mig_config.py", "plugins/modules/mig_boot_restore.py",
            "roles/mig_node/tasks/main.yml", "playbooks/site.yml",
            "simulator/gpuops_mig_sim/__init__.py", "tools/mig-sim", "tools/gpuops-mig-restore",
-           "docs/simulator.md", "LICENSES/GPL-3.0-or-later.txt")
+           "docs/install.md", "docs/simulator.md", "LICENSES/GPL-3.0-or-later.txt")
 
 PLAYBOOK = """\
 - name: The installed collection against a simulated host
@@ -79,6 +80,23 @@ PLAYBOOK = """\
                       'after': after.ansible_facts.gpuops_mig} | to_json }}"
         mode: "0644"
 """
+
+
+def _ee_collection_sources():
+    """What execution-environment.yml copies into the image's gpuops.mig source, as paths relative to
+    the collection root; every source must exist in the repository."""
+    with open(os.path.join(REPO, "execution-environment.yml")) as handle:
+        ee = yaml.safe_load(handle)
+    copied = []
+    for entry in ee["additional_build_files"]:
+        matches = glob.glob(os.path.join(REPO, entry["src"]))
+        assert matches, f"execution-environment.yml copies {entry['src']}, which is not in the repository"
+        dest = entry["dest"]
+        if dest == "gpuops.mig" or dest.startswith("gpuops.mig/"):
+            sub = dest[len("gpuops.mig/"):] if "/" in dest else ""
+            for match in matches:
+                copied.append(sub if os.path.isdir(match) else os.path.join(sub, os.path.basename(match)))
+    return copied
 
 
 def _find_kubernetes_core():
@@ -140,6 +158,14 @@ def test_build_install_offline_and_run(tmp_path):
         manifest = json.load(tar.extractfile("MANIFEST.json"))["collection_info"]
     assert manifest["dependencies"] == {"kubernetes.core": ">=6.0.0,<7.0.0"}
     assert "example" not in json.dumps(manifest), "placeholder URL in galaxy.yml"
+
+    # The execution environment installs gpuops.mig from copies of the same files.
+    copied = _ee_collection_sources()
+    with tarfile.open(tarball) as tar:
+        files = [m.name for m in tar.getmembers() if m.isfile() and m.name not in ("MANIFEST.json", "FILES.json")]
+    for name in files:
+        assert any(name == c or name.startswith(c + "/") for c in copied), \
+            f"{name} ships in the tarball but execution-environment.yml does not copy it"
 
     # Install offline with the dependency, into a path nothing else is in.
     k8s_core = _find_kubernetes_core()
