@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: mig_generate_config
 short_description: A mig-parted config from the GPUs the fleet reports (like nvidia-mig-parted generate-config)
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - From the profiles the fleet's GPUs report through M(gpuops.mig.mig_facts), builds a mig-parted v1 config
     with C(all-disabled), C(all-enabled), C(all-<profile>) at the profile's maximum count (C(+) in a profile

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: mig_plan
 short_description: Plan the MIG layout of a fleet from demand, on the controller
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Plans per node the MIG layout that meets a demand for MIG devices with the least disruption, from the
     facts M(gpuops.mig.mig_facts) gathered on every node. Nothing on any host is changed; it runs on the
