@@ -28,8 +28,21 @@ options:
   layouts:
     description:
       - Inline per-GPU layouts, for playbooks that do not use mig-parted files. Each item has C(gpus)
-        (V(all) or a list of indices), optional C(device_filter), C(mig_enabled) (default V(true)) and
-        C(devices) (MIG device name to count).
+        (V(all) or a list of indices), optional C(device_filter) (one or a list of C(0xDDDDVVVV)),
+        C(mig_enabled) (default V(true)) and C(devices).
+      - C(devices) is either a mapping of MIG device name to count (as mig-parted's C(mig-devices)), or a list
+        with one item per GPU instance. A list item has C(profile) (the GPU instance profile, for example
+        C(3g.40gb)), optional C(placement) (C(start) and optionally C(size), in memory slices, as
+        C(nvidia-smi mig -lgipp) and M(gpuops.mig.mig_facts) show them) and optional C(compute_instances)
+        (a list of C(profile), such as C(1c.3g.40gb), and optional C(placement) with C(start) in SM slices
+        inside the GPU instance; default one compute instance spanning the GPU instance).
+      - An item with a C(placement) is pinned there. Items without one are placed by the planner around the
+        pinned ones. A pinned GPU instance that already exists with the same compute instances is kept as it is.
+      - A placement the GPU cannot hold (not in the profile's placements, a wrong size, overlapping another
+        pin, more instances or SM slices than the GPU has) is refused before any change, naming the GPU, the
+        layout and the item.
+      - The C(checkpoint) that M(gpuops.mig.mig_facts) returns with O(gpuops.mig.mig_facts#module:checkpoint=true)
+        is a value for this option that puts every device back at its placement.
     type: list
     elements: dict
   config_name:

@@ -32,6 +32,8 @@ __all__ = [
     "GpuInstance",
     "GiChange",
     "GpuPlan",
+    "PinnedGi",
+    "resolve_pins",
     "normalize_target",
     "validate_target",
     "validate_layout",
@@ -312,14 +314,19 @@ def normalize_target(geometry, target):
     return dict(sorted(counts.items(), key=lambda item: order[item[0]]))
 
 
-def validate_target(geometry, target):
+def validate_target(geometry, target, reserved=()):
     """Normalize a target and prove it fits on an empty GPU of this model.
 
     Returns the normalized {canonical name: count}. Raises LayoutError naming
     the problem: unknown profile, more instances than fit, too many SM slices,
     or a combination that no placement can hold.
+
+    reserved: GpuInstances that will be there too (pinned placements, see
+    resolve_pins); the target must fit in what they leave.
     """
     counts = normalize_target(geometry, target)
+    reserved_mask, reserved_sm, reserved_count = _reservation(geometry, reserved)
+    besides = " besides the pinned GPU instances" if reserved else ""
     gis_needed = {}
     for name, count in counts.items():
         device_type = geometry.device_type(name)
@@ -328,31 +335,138 @@ def validate_target(geometry, target):
             raise LayoutError("%s cannot be created on this GPU model (its compute profile has no usable placement)"
                               % name)
         gis = -(-count // per_gi)
-        if gis > device_type.gi.max_count:
+        room = device_type.gi.max_count - reserved_count.get(device_type.gi.id, 0)
+        if gis > room:
             if device_type.is_full:
-                raise LayoutError("%s x%d requested, but this GPU model holds at most %d"
-                                  % (name, count, device_type.gi.max_count))
+                raise LayoutError("%s x%d requested, but this GPU model holds at most %d%s"
+                                  % (name, count, room, besides))
             raise LayoutError("%s x%d needs %d GPU instances of %s (%d compute instances each), "
-                              "but this GPU model holds at most %d"
-                              % (name, count, gis, device_type.gi.name, per_gi, device_type.gi.max_count))
+                              "but this GPU model holds at most %d%s"
+                              % (name, count, gis, device_type.gi.name, per_gi, room, besides))
         gis_needed[device_type.gi.id] = gis_needed.get(device_type.gi.id, 0) + gis
     for gi_id, gis in gis_needed.items():
         gi = geometry.gi_profile(gi_id)
-        if gis > gi.max_count:
+        room = gi.max_count - reserved_count.get(gi_id, 0)
+        if gis > room:
             raise LayoutError("the requested devices need %d GPU instances of %s (one compute profile "
-                              "per GPU instance), but this GPU model holds at most %d"
-                              % (gis, gi.name, gi.max_count))
+                              "per GPU instance), but this GPU model holds at most %d%s"
+                              % (gis, gi.name, room, besides))
     sm_used = sum(geometry.gi_profile(gi_id).sm_slices * n for gi_id, n in gis_needed.items())
-    if sm_used > geometry.sm_slices:
-        raise LayoutError("the requested devices (%s) need %d SM slices, but this GPU model has %d"
-                          % (_counts_text(counts), sm_used, geometry.sm_slices))
-    if _best_placement(geometry, 0, tuple(sorted(gis_needed.items())), {}) is None:
-        raise LayoutError("no placement can hold %s on this GPU model (%d memory slices; %s)"
-                          % (_counts_text(counts), geometry.memory_slices,
+    if sm_used + reserved_sm > geometry.sm_slices:
+        raise LayoutError("the requested devices (%s) need %d SM slices%s, but this GPU model has %d"
+                          % (_counts_text(counts), sm_used,
+                             " plus %d for the pinned GPU instances" % reserved_sm if reserved else "",
+                             geometry.sm_slices))
+    if _best_placement(geometry, reserved_mask, tuple(sorted(gis_needed.items())), {}) is None:
+        raise LayoutError("no placement can hold %s%s on this GPU model (%d memory slices; %s)"
+                          % (_counts_text(counts), besides, geometry.memory_slices,
                              "; ".join("%s at %s" % (geometry.gi_profile(g).name,
                                                      _placements_text(geometry.gi_profile(g)))
                                        for g, dummy in sorted(gis_needed.items()))))
     return counts
+
+
+def _reservation(geometry, reserved):
+    """(memory-slice mask, SM slices, {GI profile ID: count}) that reserved GpuInstances take."""
+    mask, sm, count = 0, 0, {}
+    for gi in reserved:
+        profile = geometry.gi_profile(gi.profile_id)
+        mask |= _span(gi.start, profile.memory_slices)
+        sm += profile.sm_slices
+        count[profile.id] = count.get(profile.id, 0) + 1
+    return mask, sm, count
+
+
+# --------------------------------------------------------------------------
+# Pinned placements
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PinnedGi:
+    """A GPU instance asked for at a fixed placement (an inline layout item with a placement).
+
+    profile: the GPU instance's profile name (its full device name, e.g. "3g.40gb").
+    start, size: placement in memory slices; size None means "the profile's".
+    compute_instances: ((device name, start or None), ...); empty means one compute
+        instance spanning the GPU instance. Starts are SM slices inside the GI.
+    label: where it was given, for messages (e.g. "layouts[0] (gpus: [0]) devices[1]").
+    """
+
+    profile: str
+    start: int
+    size: object = None
+    compute_instances: tuple = ()
+    label: str = ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "compute_instances", tuple(tuple(ci) for ci in self.compute_instances))
+
+
+def resolve_pins(geometry, pinned):
+    """GpuInstances (no ids) for pinned GIs on this GPU model, proved to form a legal layout together.
+
+    Raises LayoutError naming the pin (its label) when a profile is unknown or is not
+    a GPU instance profile, a compute instance belongs to another GPU instance profile,
+    a placement is not one the GPU offers or overlaps another pin, or the pins
+    together exceed a profile's count or the SM slices.
+    """
+    resolved = []
+    for pin in pinned:
+        where = pin.label or "pinned %s" % pin.profile
+        try:
+            device_type = geometry.device_type(pin.profile)
+        except LayoutError as e:
+            raise LayoutError("%s: %s" % (where, e))
+        gi = device_type.gi
+        if not device_type.is_full:
+            raise LayoutError("%s: %r is a compute-instance profile; give its GPU instance profile %r and list "
+                              "%r under compute_instances" % (where, pin.profile, gi.name, pin.profile))
+        if pin.size is not None and pin.size != gi.memory_slices:
+            raise LayoutError("%s: placement size %d does not match %s, which takes %d memory slices"
+                              % (where, pin.size, gi.name, gi.memory_slices))
+        if pin.start not in gi.placements:
+            raise LayoutError("%s: this GPU cannot hold %s at placement %d:%d (its placements: %s)"
+                              % (where, gi.name, pin.start, gi.memory_slices, _placements_text(gi)))
+        cis = []
+        occupied = 0
+        for name, start in pin.compute_instances or ((gi.name, None),):
+            try:
+                ci_type = geometry.device_type(name)
+            except LayoutError as e:
+                raise LayoutError("%s: %s" % (where, e))
+            if ci_type.gi.id != gi.id:
+                raise LayoutError("%s: %s is not a compute instance of %s" % (where, name, gi.name))
+            if start is None:
+                free = _fill_starts(ci_type.ci, occupied, 1)
+                if not free:
+                    raise LayoutError("%s: no room left in %s for %s" % (where, gi.name, name))
+                start = free[0]
+            elif start not in ci_type.ci.placements:
+                raise LayoutError("%s: %s cannot start at SM slice %d inside %s (its placements: %s)"
+                                  % (where, name, start, gi.name,
+                                     ",".join("%d:%d" % (p, ci_type.ci.sm_slices) for p in ci_type.ci.placements)))
+            occupied |= _span(start, ci_type.ci.sm_slices)
+            cis.append(ComputeInstance(None, ci_type.ci.id, start))
+        resolved.append((where, GpuInstance(None, gi.id, pin.start, tuple(cis))))
+    # Each pin on its own, then pins against each other (overlaps, counts, SM slices).
+    for where, gi in resolved:
+        try:
+            validate_layout(geometry, (gi,), allow_empty_gis=False)
+        except LayoutError as e:
+            raise LayoutError("%s: %s" % (where, e))
+    used = 0
+    for where, gi in resolved:
+        mask = _span(gi.start, geometry.gi_profile(gi.profile_id).memory_slices)
+        if used & mask:
+            raise LayoutError("%s: placement %d:%d overlaps another pinned GPU instance"
+                              % (where, gi.start, geometry.gi_profile(gi.profile_id).memory_slices))
+        used |= mask
+    layout = tuple(gi for _where, gi in resolved)
+    try:
+        validate_layout(geometry, layout, allow_empty_gis=False)
+    except LayoutError as e:
+        raise LayoutError("the pinned GPU instances together: %s" % e)
+    return layout
 
 
 def _counts_text(counts):
@@ -604,11 +718,16 @@ def _best_placement(geometry, occupied, requirement, memo):
 # The planner
 # --------------------------------------------------------------------------
 
-def plan_gpu(geometry, existing, target, force=False):
+def plan_gpu(geometry, existing, target, force=False, pinned=()):
     """Plan the change from the existing layout to the target device counts.
 
     existing: GpuInstances now on the GPU (ids set, CIs with their pids).
     target: {device name: count} as in mig-parted's mig-devices (aliases allowed).
+    pinned: PinnedGi values: GPU instances (with their compute instances) that must
+        end up at exactly these placements. Their devices count towards target; the
+        rest of target is placed around them. An existing GI that is exactly a pin
+        is kept (its CIs changed if they differ), and any other GI overlapping a pin
+        goes.
 
     The plan keeps every GI and CI it can, destroys as few MIG devices as
     possible, and places new GIs so the largest contiguous range of free memory
@@ -616,7 +735,15 @@ def plan_gpu(geometry, existing, target, force=False):
     only with force=True; without it, a LayoutError names them. Everything is
     validated before a plan is returned.
     """
-    counts = validate_target(geometry, target)
+    pins = resolve_pins(geometry, pinned) if pinned else ()
+    total = normalize_target(geometry, target)
+    rest = dict(total)
+    for name, count in device_counts(geometry, pins).items():
+        if rest.get(name, 0) < count:
+            raise LayoutError("the pinned GPU instances hold %s x%d, but the target asks for %d"
+                              % (name, count, rest.get(name, 0)))
+        rest[name] -= count
+    counts = validate_target(geometry, {n: c for n, c in rest.items() if c}, reserved=pins)
     existing = tuple(sorted(existing, key=_gi_order))
     for gi in existing:
         if gi.gi_id is None or any(ci.ci_id is None for ci in gi.compute_instances):
@@ -624,14 +751,60 @@ def plan_gpu(geometry, existing, target, force=False):
     if len({gi.gi_id for gi in existing}) != len(existing):
         raise LayoutError("existing GPU instance ids must be unique")
     validate_layout(geometry, existing, allow_empty_gis=True)
-    plan = _Planner(geometry, existing, counts).run()
+    if pins:
+        plan = _plan_with_pins(geometry, existing, counts, pins)
+    else:
+        plan = _Planner(geometry, existing, counts).run()
     busy = [(gi, ci) for gi, ci in plan.destroyed_compute_instances() if ci.busy]
     if busy and not force:
         raise LayoutError(
             "the new layout cannot be reached without destroying MIG devices that are in use: %s. "
             "Stop those processes or use force." % "; ".join(_busy_text(geometry, gi, ci) for gi, ci in busy))
-    check_plan(geometry, existing, counts, plan, force=force)
+    check_plan(geometry, existing, total, plan, force=force, pinned=pins)
     return plan
+
+
+def _plan_with_pins(geometry, existing, counts, pins):
+    """The pinned GIs take their places (kept when one is already exactly there); the planner
+    places the other devices (counts) in what is left, keeping what it can of the other GIs."""
+    keep, change, destroy, create, result = [], [], [], [], []
+    pinned_mask = 0
+    matched = set()
+    for pin in pins:
+        pinned_mask |= _span(pin.start, geometry.gi_profile(pin.profile_id).memory_slices)
+        same = next((gi for gi in existing if gi.profile_id == pin.profile_id and gi.start == pin.start), None)
+        if same is None:
+            create.append(pin)
+            result.append(pin)
+            continue
+        matched.add(same.gi_id)
+        wanted = [(ci.profile_id, ci.start) for ci in pin.compute_instances]
+        kept = tuple(ci for ci in same.compute_instances if (ci.profile_id, ci.start) in wanted)
+        dropped = tuple(ci for ci in same.compute_instances if ci not in kept)
+        have = [(ci.profile_id, ci.start) for ci in kept]
+        added = tuple(ci for ci in pin.compute_instances if (ci.profile_id, ci.start) not in have)
+        if dropped or added:
+            change.append(GiChange(same, dropped, added))
+            result.append(GpuInstance(same.gi_id, same.profile_id, same.start, kept + added))
+        else:
+            keep.append(same)
+            result.append(same)
+    rest = []
+    for gi in existing:
+        if gi.gi_id in matched:
+            continue
+        if _span(gi.start, geometry.gi_profile(gi.profile_id).memory_slices) & pinned_mask:
+            destroy.append(gi)
+        else:
+            rest.append(gi)
+    around = _Planner(geometry, tuple(rest), counts, reserved=pins).run()
+    return GpuPlan(
+        keep=tuple(sorted(keep + list(around.keep), key=_gi_order)),
+        change=tuple(sorted(change + list(around.change), key=lambda c: _gi_order(c.gi))),
+        destroy=tuple(sorted(destroy + list(around.destroy), key=_gi_order)),
+        create=tuple(sorted(create + list(around.create), key=_gi_order)),
+        result=tuple(sorted(result + list(around.result), key=_gi_order)),
+    )
 
 
 def _busy_text(geometry, gi, ci):
@@ -671,10 +844,12 @@ class _Planner:
        (busy destroyed, destroyed), and place new GIs by memoised search.
     """
 
-    def __init__(self, geometry, existing, counts):
+    def __init__(self, geometry, existing, counts, reserved=()):
         self.geometry = geometry
         self.existing = existing
         self.counts = counts
+        # Pinned GIs placed outside the search: their slices, SM slices and profile counts are taken.
+        self.reserved_mask, self.reserved_sm, self.reserved_count = _reservation(geometry, reserved)
         self.names_by_gi = {}
         for name in counts:
             device_type = geometry.device_type(name)
@@ -801,7 +976,7 @@ class _Planner:
                     for i in kept:
                         mask |= _span(self.existing[i].start, profile.memory_slices)
                     for entry in self._frontier(gi_profile_id, kept):
-                        if len(kept) + entry.new_gis > profile.max_count:
+                        if len(kept) + entry.new_gis + self.reserved_count.get(gi_profile_id, 0) > profile.max_count:
                             continue
                         choices.append(((busy + entry.busy, destroyed + entry.destroyed), kept, entry, mask,
                                         (len(kept) + entry.new_gis) * profile.sm_slices))
@@ -817,9 +992,9 @@ class _Planner:
             if best is not None and cost != current_cost:
                 break
             current_cost = cost
-            if sum(c[4] for c in combo) > geometry.sm_slices:
+            if sum(c[4] for c in combo) + self.reserved_sm > geometry.sm_slices:
                 continue
-            occupied = 0
+            occupied = self.reserved_mask
             for c in combo:
                 occupied |= c[3]
             requirement = tuple((gi_profile_id, c[2].new_gis) for gi_profile_id, c in zip(profiles, combo)
@@ -903,8 +1078,11 @@ def _relax(states, supplied, cost, choices):
 # Last guard
 # --------------------------------------------------------------------------
 
-def check_plan(geometry, existing, target, plan, force=False):
+def check_plan(geometry, existing, target, plan, force=False, pinned=()):
     """Raise LayoutError unless the plan is a safe, valid way from existing to target.
+
+    pinned: GpuInstances (from resolve_pins) that the result must hold exactly:
+    same profile and placement, same compute instances at the same placements.
 
     Checks: the result is a legal layout with no empty GI; its device counts
     equal the target; every existing GI is kept, changed or destroyed exactly
@@ -947,6 +1125,12 @@ def check_plan(geometry, existing, target, plan, force=False):
         expected.append(gi)
     if sorted(expected, key=_gi_order) != sorted(plan.result, key=_gi_order):
         raise LayoutError("plan result does not match its keep/change/destroy/create steps")
+    for pin in pinned:
+        there = [gi for gi in plan.result if gi.profile_id == pin.profile_id and gi.start == pin.start]
+        if len(there) != 1 or (sorted((ci.profile_id, ci.start) for ci in there[0].compute_instances)
+                               != sorted((ci.profile_id, ci.start) for ci in pin.compute_instances)):
+            raise LayoutError("plan result does not hold the pinned GPU instance %s @%d"
+                              % (geometry.gi_profile(pin.profile_id).name, pin.start))
     if not force:
         busy = [(gi, ci) for gi, ci in plan.destroyed_compute_instances() if ci.busy]
         if busy:

@@ -70,6 +70,40 @@ def resolve(nvml, entries, allow_unmatched=False):
     return resolution, gpus
 
 
+def checkpoint_layouts(gpus):
+    """The exact layout of GPUs described by Nvml.describe(), as inline layouts mig_config takes back.
+
+    One layout per MIG-capable GPU: its index, its PCI device ID as device_filter (so the
+    checkpoint is refused on a different GPU model at that index), its current MIG mode,
+    and when MIG is enabled every GPU instance as a devices item pinned at its placement
+    with its compute instances at theirs (a single compute instance spanning the GPU
+    instance is left implicit). GPU instances without a compute instance hold no MIG
+    device and are left out.
+    """
+    layouts = []
+    for gpu in gpus:
+        if not gpu.get("mig_capable"):
+            continue
+        pci = gpu["pci_device_id"]
+        item = {"gpus": [gpu["index"]],
+                "device_filter": "0x%08X" % pci if isinstance(pci, int) else migparted.normalize_pci_id(pci),
+                "mig_enabled": bool(gpu["mig_enabled"])}
+        if gpu["mig_enabled"]:
+            devices = []
+            for gi in sorted(gpu["gpu_instances"], key=lambda g: g["placement"]["start"]):
+                cis = sorted(gi["compute_instances"], key=lambda c: c["placement"]["start"])
+                if not cis:
+                    continue
+                device = {"profile": gi["profile"], "placement": dict(gi["placement"])}
+                if not (len(cis) == 1 and cis[0]["profile"] == gi["profile"] and cis[0]["placement"]["start"] == 0):
+                    device["compute_instances"] = [{"profile": ci["profile"], "placement": dict(ci["placement"])}
+                                                   for ci in cis]
+                devices.append(device)
+            item["devices"] = devices
+        layouts.append(item)
+    return layouts
+
+
 # -- reading -----------------------------------------------------------------
 
 def derived_ci_profiles(gi_name, gi_sm_slices):
@@ -171,7 +205,8 @@ def plan_host(nvml, resolution, gpus, force=False, check_mode=False):
         try:
             item.geometry = read_geometry(nvml, item.index)
             item.before = read_layout(nvml, item.index) if enabled_now else ()
-            item.plan = layout.plan_gpu(item.geometry, item.before, target.mig_devices, force=force)
+            item.plan = layout.plan_gpu(item.geometry, item.before, target.mig_devices, force=force,
+                                        pinned=target.pinned)
         except RefusedError as e:
             if item.mode_mismatch is None:
                 problems.append("%s: %s: %s" % (item.label, target.entry.label, e))

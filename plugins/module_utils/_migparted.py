@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError
+from ansible_collections.gpuops.mig.plugins.module_utils._gpu_layout import PinnedGi
 
 try:
     import yaml
@@ -40,6 +41,10 @@ __all__ = [
 TOP_LEVEL_KEYS = ("version", "mig-configs")
 ENTRY_KEYS = ("devices", "device-filter", "mig-enabled", "mig-devices")
 LAYOUT_KEYS = ("gpus", "device_filter", "mig_enabled", "devices")
+# Items of a layout's devices when given as a list (one GPU instance each).
+DEVICE_ITEM_KEYS = ("profile", "placement", "compute_instances")
+CI_ITEM_KEYS = ("profile", "placement")
+PLACEMENT_KEYS = ("start", "size")
 
 # [Nc.]Ng.Mgb followed by +attr (repeatable, e.g. +me, +me.all, +gfx) or a single -attr (e.g. -me).
 _PROFILE_NAME = re.compile(
@@ -54,9 +59,11 @@ class ConfigEntry:
 
     devices: "all" or a tuple of GPU indices.
     device_filter: tuple of (device id "0xDDDDVVVV", subsystem id "0xSSSSVVVV" or None).
-    mig_devices: {profile name: count} as written (zeros kept); empty when disabled.
+    mig_devices: {profile name: count} as written (zeros kept); empty when disabled. For an
+        inline layout whose devices are a list, the count of every device the list names.
     label: where it is in the input plus what it selects, for messages, e.g.
         "mig-parted config: config 'all-balanced' entry [2] (devices: all; device-filter: 0x20B010DE)".
+    pinned: PinnedGi values, the list items that carry a placement (inline layouts only).
     """
 
     label: str
@@ -64,6 +71,7 @@ class ConfigEntry:
     device_filter: tuple
     mig_enabled: bool
     mig_devices: dict
+    pinned: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -118,6 +126,7 @@ class GpuTarget:
     entry: ConfigEntry
     mig_enabled: bool
     mig_devices: dict    # {profile name: count}; {} when MIG is disabled or enabled-but-empty
+    pinned: tuple = ()   # PinnedGi values: GPU instances at fixed placements (part of mig_devices)
 
 
 @dataclass(frozen=True)
@@ -241,6 +250,17 @@ def entries_from_layouts(layouts, origin="layouts"):
           devices:             # required when MIG is enabled ({} = enabled, empty)
             3g.20gb: 2
 
+    devices may instead be a list, one GPU instance per item, with an optional
+    pinned placement (what mig_facts' checkpoint gives):
+
+          devices:
+            - profile: 3g.40gb                 # the GPU instance profile
+              placement: {start: 4, size: 4}   # memory slices; size optional
+              compute_instances:               # optional; default one spanning the GI
+                - {profile: 1c.3g.40gb, placement: {start: 0}}
+                - {profile: 2c.3g.40gb, placement: {start: 1}}
+            - profile: 1g.10gb                 # no placement: the planner chooses
+
     devices must be absent or empty when mig_enabled is false.
     """
     if not isinstance(layouts, list) or not layouts:
@@ -273,21 +293,25 @@ def _build_entry(where, label, raw, devices_key, filter_key, enabled_key, mig_de
         enabled = enabled_default
     if not isinstance(enabled, bool):
         raise ConfigError("%s: %r must be true or false, got %r" % (label, enabled_key, enabled))
+    pinned = ()
     if enabled:
         if mig_devices_key not in raw:
             raise ConfigError("%s: %r is missing; it is required when MIG is enabled "
                               "(use {} for MIG enabled with no devices)" % (label, mig_devices_key))
-        mig_devices = _parse_mig_devices(raw[mig_devices_key], label, mig_devices_key)
+        if isinstance(raw[mig_devices_key], list) and enabled_default is not None:
+            mig_devices, pinned = _parse_device_list(raw[mig_devices_key], label, mig_devices_key)
+        else:
+            mig_devices = _parse_mig_devices(raw[mig_devices_key], label, mig_devices_key)
     else:
         value = raw.get(mig_devices_key)
-        if value is not None and not (isinstance(value, Mapping) and not value):
+        if value is not None and not (isinstance(value, (Mapping, list)) and not value):
             raise ConfigError("%s: %r must be absent or empty when MIG is disabled"
                               % (label, mig_devices_key))
         mig_devices = {}
     parts = ["%s: %s" % (devices_key, _devices_text(devices))]
     if device_filter:
         parts.append("%s: %s" % (filter_key, ", ".join(_filter_text(f) for f in device_filter)))
-    return ConfigEntry("%s (%s)" % (where, "; ".join(parts)), devices, device_filter, enabled, mig_devices)
+    return ConfigEntry("%s (%s)" % (where, "; ".join(parts)), devices, device_filter, enabled, mig_devices, pinned)
 
 
 def _parse_devices(value, label, key):
@@ -319,6 +343,81 @@ def _parse_filter(value, label, key):
                               "e.g. 0x20B010DE), optionally followed by :0xSSSSVVVV; got %r" % (label, key, item))
         parsed.append((device_id, subsystem_id))
     return tuple(parsed)
+
+
+def _parse_device_list(items, label, key):
+    """An inline layout's devices as a list of GPU instances: ({device name: count}, PinnedGi values).
+
+    Names are checked for form here; whether the GPU has them, and whether a
+    placement is one it can hold, is checked per GPU model by the planner.
+    """
+    counts = {}
+    pinned = []
+    for i, item in enumerate(items):
+        where = "%s[%d]" % (key, i)
+        if not isinstance(item, Mapping):
+            raise ConfigError("%s: %s must be a mapping with 'profile' (and optionally 'placement' and "
+                              "'compute_instances'), got %s" % (label, where, _type_name(item)))
+        _check_keys(item, DEVICE_ITEM_KEYS, label, where)
+        name = _profile_name(item.get("profile"), label, where)
+        if _PROFILE_NAME.match(name).group("c"):
+            raise ConfigError("%s: %s profile %r is a compute-instance profile; name the GPU instance profile "
+                              "and list %r under compute_instances" % (label, where, name, name))
+        start, size = _parse_placement(item["placement"], label, where) if "placement" in item else (None, None)
+        cis = []
+        raw_cis = item.get("compute_instances")
+        if raw_cis is not None:
+            if not isinstance(raw_cis, list) or not raw_cis:
+                raise ConfigError("%s: %s compute_instances must be a non-empty list, got %s"
+                                  % (label, where, _type_name(raw_cis)))
+            for j, ci in enumerate(raw_cis):
+                ci_where = "%s compute_instances[%d]" % (where, j)
+                if not isinstance(ci, Mapping):
+                    raise ConfigError("%s: %s must be a mapping with 'profile' and optionally 'placement', got %s"
+                                      % (label, ci_where, _type_name(ci)))
+                _check_keys(ci, CI_ITEM_KEYS, label, ci_where)
+                ci_name = _profile_name(ci.get("profile"), label, ci_where)
+                ci_start = None
+                if "placement" in ci:
+                    if start is None:
+                        raise ConfigError("%s: %s has a placement, but its GPU instance has none; pin the GPU "
+                                          "instance too" % (label, ci_where))
+                    ci_start, _ci_size = _parse_placement(ci["placement"], label, ci_where)
+                cis.append((ci_name, ci_start))
+        for device in [n for n, _s in cis] or [name]:
+            counts[device] = counts.get(device, 0) + 1
+        if start is not None:
+            pinned.append(PinnedGi(name, start, size, tuple(cis), where))
+    return counts, tuple(pinned)
+
+
+def _check_keys(item, allowed, label, where):
+    unknown = [k for k in item if k not in allowed]
+    if unknown:
+        raise ConfigError("%s: %s has unknown key(s) %s; allowed: %s"
+                          % (label, where, _keys_text(unknown), ", ".join(allowed)))
+
+
+def _profile_name(name, label, where):
+    if not isinstance(name, str) or not _PROFILE_NAME.match(name):
+        raise ConfigError("%s: %s needs 'profile', a MIG profile name such as 3g.40gb or 1c.3g.40gb; got %r"
+                          % (label, where, name))
+    return name
+
+
+def _parse_placement(value, label, where):
+    if not isinstance(value, Mapping) or "start" not in value:
+        raise ConfigError("%s: %s placement must be a mapping with 'start' (and optionally 'size'), got %r"
+                          % (label, where, value))
+    _check_keys(value, PLACEMENT_KEYS, label, "%s placement" % where)
+    numbers = []
+    for k in PLACEMENT_KEYS:
+        number = value.get(k)
+        if k in value and (isinstance(number, bool) or not isinstance(number, int) or number < (0 if k == "start" else 1)):
+            raise ConfigError("%s: %s placement %s must be a %s integer, got %r"
+                              % (label, where, k, "non-negative" if k == "start" else "positive", number))
+        numbers.append(number)
+    return tuple(numbers)
 
 
 def _parse_mig_devices(value, label, key):
@@ -391,7 +490,7 @@ def resolve_targets(entries, gpus, allow_unmatched=False):
                 raise ConfigError("%s is selected by two entries: %s and %s"
                                   % (gpu.label, claimed[gpu.index].label, entry.label))
             claimed[gpu.index] = entry
-            targets.append(GpuTarget(gpu, entry, entry.mig_enabled, dict(entry.mig_devices)))
+            targets.append(GpuTarget(gpu, entry, entry.mig_enabled, dict(entry.mig_devices), entry.pinned))
     targets.sort(key=lambda t: t.gpu.index)
     return Resolution(tuple(targets), tuple(unmatched), tuple(skipped))
 

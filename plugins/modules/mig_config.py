@@ -21,6 +21,9 @@ description:
     largest contiguous free range.
   - It never destroys a MIG device that has processes unless O(force=true); without it the module fails
     before any change, naming the GPU, the device and the PIDs.
+  - Inline layouts (O(layouts)) may pin GPU instances and their compute instances to exact placements,
+    for example to restore the checkpoint M(gpuops.mig.mig_facts) exports (mig-parted's C(restore)).
+    Pinned placements are checked against the GPU's possible placements before any change.
   - It does not change the MIG mode; use M(gpuops.mig.mig_mode) with the same config first. In check mode a
     GPU whose mode is not yet right is planned as if it were, and flagged with C(mode_mismatch).
 author:
@@ -75,6 +78,28 @@ EXAMPLES = r"""
         devices: {3g.40gb: 2}
       - gpus: [2]
         devices: {1g.10gb: 7}
+
+- name: Pinned placements, one item per GPU instance (H100 80GB)
+  gpuops.mig.mig_config:
+    layouts:
+      - gpus: [0]
+        device_filter: "0x233010DE"
+        devices:
+          - profile: 3g.40gb
+            placement: {start: 4, size: 4}
+            compute_instances:
+              - {profile: 2c.3g.40gb, placement: {start: 0}}
+              - {profile: 1c.3g.40gb, placement: {start: 2}}
+          - profile: 1g.10gb
+            placement: {start: 0}
+          - profile: 1g.10gb      # no placement: wherever the planner finds room
+
+- name: Put back a checkpoint taken with mig_facts (MIG mode first, then the devices)
+  gpuops.mig.mig_mode:
+    layouts: "{{ saved_checkpoint }}"
+- name: Restore the devices at their placements
+  gpuops.mig.mig_config:
+    layouts: "{{ saved_checkpoint }}"
 """
 
 RETURN = r"""

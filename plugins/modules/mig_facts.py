@@ -14,6 +14,9 @@ description:
     current and pending MIG mode, GPU instances with their compute instances, MIG device UUIDs and
     processes, and the MIG profiles the GPU supports with their possible placements.
   - Results land in C(ansible_facts.gpuops_mig).
+  - With O(checkpoint=true) it also exports the exact MIG layout (every GPU instance and compute instance
+    at its placement) as inline layouts that M(gpuops.mig.mig_config) takes back, to put a node back as it
+    was, for example after a reboot (mig-parted's C(checkpoint) and C(restore)).
   - Works on hosts without a MIG-capable GPU, and on hosts without an NVIDIA driver, where it reports
     C(driver.present=false) instead of failing unless O(fail_on_missing_driver=true).
 author:
@@ -40,6 +43,14 @@ options:
       - Include, per MIG-capable GPU, the GPU-instance profiles it supports and their placements.
     type: bool
     default: true
+  checkpoint:
+    description:
+      - Also return C(ansible_facts.gpuops_mig.checkpoint), the exact layout of the selected MIG-capable GPUs
+        in the form of the O(gpuops.mig.mig_config#module:layouts) option, with every placement pinned.
+      - Give it back with O(gpuops.mig.mig_config#module:layouts) (and O(gpuops.mig.mig_mode#module:layouts)
+        first, for the MIG mode) to restore the same devices at the same placements.
+    type: bool
+    default: false
   fail_on_missing_driver:
     description:
       - Fail when no NVIDIA driver (or no C(nvidia-ml-py)) is found, instead of reporting it as a fact.
@@ -54,6 +65,21 @@ EXAMPLES = r"""
 - name: Show MIG devices of GPU 0
   ansible.builtin.debug:
     msg: "{{ ansible_facts.gpuops_mig.gpus[0].gpu_instances }}"
+
+- name: Record the exact MIG layout (checkpoint)
+  gpuops.mig.mig_facts:
+    checkpoint: true
+
+- name: Keep it on the controller
+  ansible.builtin.copy:
+    content: "{{ ansible_facts.gpuops_mig.checkpoint | to_nice_yaml }}"
+    dest: "checkpoints/{{ inventory_hostname }}.yml"
+    mode: "0644"
+  delegate_to: localhost
+
+- name: Later, restore it (after a reboot the MIG devices are gone)
+  gpuops.mig.mig_config:
+    layouts: "{{ lookup('ansible.builtin.file', 'checkpoints/' ~ inventory_hostname ~ '.yml') | from_yaml }}"
 
 - name: Only H100 80GB GPUs, without the profile catalogue
   gpuops.mig.mig_facts:
@@ -106,6 +132,27 @@ ansible_facts:
           type: list
           elements: dict
           returned: always
+        checkpoint:
+          description:
+            - The exact layout of the selected MIG-capable GPUs, as a value for the O(gpuops.mig.mig_config#module:layouts)
+              option. One item per GPU with C(gpus) (its index), C(device_filter) (its PCI device ID, so the
+              item selects nothing if another GPU model is at that index), C(mig_enabled) (the current mode) and,
+              when MIG is enabled, C(devices), a list with one entry per GPU instance ordered by placement,
+              C(profile), C(placement) (C(start) and C(size) in memory slices) and, unless the GPU instance has
+              one compute instance spanning it, C(compute_instances) (C(profile) and C(placement) in SM slices).
+            - GPU instances without a compute instance hold no MIG device and are left out.
+          type: list
+          elements: dict
+          returned: when O(checkpoint=true)
+          sample:
+            - gpus: [0]
+              device_filter: "0x233010DE"
+              mig_enabled: true
+              devices:
+                - {profile: 3g.40gb, placement: {start: 0, size: 4},
+                   compute_instances: [{profile: 1c.3g.40gb, placement: {start: 0, size: 1}},
+                                       {profile: 2c.3g.40gb, placement: {start: 1, size: 2}}]}
+                - {profile: 1g.10gb, placement: {start: 6, size: 1}}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -117,10 +164,11 @@ from ansible_collections.gpuops.mig.plugins.module_utils._common import (
 )
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import DriverNotFound, GpuopsError, MissingLibrary
 from ansible_collections.gpuops.mig.plugins.module_utils._gpu_selection import select_gpus
+from ansible_collections.gpuops.mig.plugins.module_utils._host_layout import checkpoint_layouts
 from ansible_collections.gpuops.mig.plugins.module_utils._nvml import Nvml, mig_device_counts
 
 
-def gather(nvml_session, selectors, with_profiles):
+def gather(nvml_session, selectors, with_profiles, checkpoint=False):
     """The facts; a missing driver or nvidia-ml-py is a fact (driver.present false), other errors raise."""
     facts = {
         "driver": {"present": False, "version": None, "cuda_version": None, "nvml_version": None,
@@ -130,6 +178,8 @@ def gather(nvml_session, selectors, with_profiles):
         "mig_capable_count": 0,
         "gpus": [],
     }
+    if checkpoint:
+        facts["checkpoint"] = []
     try:
         with nvml_session as nvml:
             facts["driver"].update(present=True, version=nvml.driver_version(), root=nvml.driver.root,
@@ -142,6 +192,8 @@ def gather(nvml_session, selectors, with_profiles):
                     info.pop("supported_profiles")
                 info["mig_devices"] = mig_device_counts(info["gpu_instances"])
                 facts["gpus"].append(info)
+            if checkpoint:
+                facts["checkpoint"] = checkpoint_layouts(facts["gpus"])
     except MissingLibrary:
         facts["driver"]["error"] = "nvidia-ml-py (import pynvml) is not installed"
         return facts
@@ -156,6 +208,7 @@ def gather(nvml_session, selectors, with_profiles):
 def main():
     argument_spec = dict(
         profiles=dict(type="bool", default=True),
+        checkpoint=dict(type="bool", default=False),
         fail_on_missing_driver=dict(type="bool", default=False),
     )
     argument_spec.update(GPU_SELECTION_ARG_SPEC)
@@ -163,7 +216,7 @@ def main():
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     p = module.params
     try:
-        facts = gather(Nvml(driver_root=p["driver_root"]), p["gpus"], p["profiles"])
+        facts = gather(Nvml(driver_root=p["driver_root"]), p["gpus"], p["profiles"], p["checkpoint"])
     except GpuopsError as e:
         fail_from(module, e)
     if not facts["driver"]["present"] and p["fail_on_missing_driver"]:

@@ -466,9 +466,11 @@ def format_gpu_list(state):
 
 def format_models():
     """The catalog, one model per line (mig-sim models)."""
-    lines = ["%-16s %-24s %-10s %10s  %s" % ("KEY", "NAME", "PCI ID", "MEMORY", "MIG")]
+    key_width = max(len(m.key) for m in models.MODELS.values())
+    name_width = max(len(m.name) for m in models.MODELS.values())
+    lines = ["%-*s %-*s %-10s %10s  %s" % (key_width, "KEY", name_width, "NAME", "PCI ID", "MEMORY", "MIG")]
     for model in models.MODELS.values():
         mig = "%d slices" % model.sm_slices if models.is_mig_capable(model) else "no"
-        lines.append("%-16s %-24s 0x%08X %6d MiB  %s" % (
-            model.key, model.name, model.pci_device_id, model.memory_mib, mig))
+        lines.append("%-*s %-*s 0x%08X %6d MiB  %s" % (
+            key_width, model.key, name_width, model.name, model.pci_device_id, model.memory_mib, mig))
     return "\n".join(lines)

@@ -32,6 +32,14 @@ GI_7_SLICE = 4
 GI_1_SLICE_REV1 = 7
 GI_2_SLICE_REV1 = 8
 GI_1_SLICE_REV2 = 9
+# Graphics (+gfx), no media engines (-me) and all media engines (+me.all): RTX PRO Blackwell.
+GI_1_SLICE_GFX = 10
+GI_2_SLICE_GFX = 11
+GI_4_SLICE_GFX = 12
+GI_1_SLICE_NO_ME = 13
+GI_2_SLICE_NO_ME = 14
+GI_1_SLICE_ALL_ME = 15
+GI_2_SLICE_ALL_ME = 16
 # Constants at or above this are INVALID_ARGUMENT (driver 580 knows 0..16; pynvml 13 lists 18).
 GI_PROFILE_COUNT = 17
 
@@ -92,6 +100,23 @@ _FOUR_SLICE_LAYOUT = (
 )
 
 
+# RTX PRO 6000 Blackwell: 4 SM slices on a 12-unit placement grid (1g is 3 units, 2g 6, 4g 12).
+# IDs and placements from public `nvidia-smi mig -lgip/-lgipp` captures (mig-facts.md 1.10).
+_RTX_PRO_LAYOUT = (
+    (GI_1_SLICE, 14, 3, 1, 4, (0, 3, 6, 9), ""),
+    (GI_1_SLICE_REV1, 21, 3, 1, 1, (0, 3, 6, 9), "+me"),
+    (GI_1_SLICE_GFX, 47, 3, 1, 4, (0, 3, 6, 9), "+gfx"),
+    (GI_1_SLICE_NO_ME, 67, 3, 1, 4, (0, 3, 6, 9), "-me"),
+    (GI_1_SLICE_ALL_ME, 65, 3, 1, 1, (0, 3, 6, 9), "+me.all"),
+    (GI_2_SLICE, 5, 6, 2, 2, (0, 6), ""),
+    (GI_2_SLICE_GFX, 35, 6, 2, 2, (0, 6), "+gfx"),
+    (GI_2_SLICE_NO_ME, 66, 6, 2, 2, (0, 6), "-me"),
+    (GI_2_SLICE_ALL_ME, 64, 6, 2, 1, (0, 6), "+me.all"),
+    (GI_4_SLICE, 0, 12, 4, 1, (0,), ""),
+    (GI_4_SLICE_GFX, 32, 12, 4, 1, (0,), "+gfx"),
+)
+
+
 def _profiles(layout, rows):
     """Join a layout with per-model rows of (memory GB in the name, MiB, SMs, engines).
 
@@ -115,15 +140,44 @@ _AMPERE_ENGINES = ((1, 0, 0, 0, 0), (1, 1, 0, 1, 1), (1, 1, 0, 0, 0), (2, 1, 0, 
                    (3, 2, 0, 0, 0), (4, 2, 0, 0, 0), (7, 5, 0, 1, 1))
 _HOPPER_ENGINES = ((1, 1, 0, 1, 0), (1, 1, 0, 1, 1), (1, 1, 0, 1, 0), (2, 2, 0, 2, 0),
                    (3, 3, 0, 3, 0), (4, 4, 0, 4, 0), (8, 7, 0, 7, 1))
-_BLACKWELL_ENGINES = ((2, 1, 0, 1, 0), (2, 1, 0, 1, 1), (2, 1, 0, 1, 0), (3, 1, 0, 1, 0),
+# The 1g and 2g rows from B200 `-lgip` captures (mig-parted PR #166); the others approximate.
+_BLACKWELL_ENGINES = ((2, 1, 0, 1, 0), (2, 1, 0, 1, 1), (2, 1, 0, 1, 0), (4, 2, 0, 2, 0),
                       (6, 1, 0, 1, 0), (8, 1, 0, 1, 0), (16, 1, 0, 1, 1))
 _A30_ENGINES = ((1, 0, 0, 0, 0), (1, 1, 0, 1, 1), (2, 2, 0, 0, 0), (2, 2, 0, 1, 1), (4, 4, 0, 1, 1))
+# GB200: the 1g and 2g rows from `-lgip` captures (gpu-operator PR #1303, mig-parted issue #227).
+_GB200_ENGINES = _BLACKWELL_ENGINES
+# RTX PRO 6000, in _RTX_PRO_LAYOUT order. The 2g rows and 1g-me from a capture (bigstack-oss/cubecos
+# issue #312); the others by analogy with them.
+_RTX_PRO_ENGINES = ((1, 1, 1, 1, 0), (1, 1, 1, 1, 1), (1, 1, 1, 1, 0), (1, 0, 0, 0, 0), (1, 4, 4, 4, 1),
+                    (2, 2, 2, 2, 0), (2, 2, 2, 2, 0), (2, 0, 0, 0, 0), (2, 4, 4, 4, 1),
+                    (4, 4, 4, 4, 1), (4, 4, 4, 4, 1))
 
 _ENGINES_NOTE = "copy/decoder/encoder/jpeg/ofa engine counts are approximate"
 
 
 def _rows(gbs, mibs, sms, engines):
     return list(zip(gbs, mibs, sms, engines))
+
+
+def _variant(model, key, name, pci_device_id, assumed):
+    """Another board with the same MIG geometry (A800/H800 export variants, NVL parts)."""
+    return model._replace(key=key, name=name, pci_device_id=pci_device_id, assumed=model.assumed + assumed)
+
+
+# Per-profile numbers shared by several models, in _SEVEN_SLICE_LAYOUT order.
+_HOPPER_SMS = (16, 16, 26, 32, 60, 64, 132)
+_BLACKWELL_SMS = (18, 18, 30, 36, 60, 72, 144)
+_H100_80_MIB = (9984, 9984, 20096, 20096, 40448, 40448, 81152)
+_H100_96_MIB = (11008, 11008, 22144, 22144, 47488, 47488, 95360)
+_H200_MIB = (16384, 16384, 33280, 33280, 71424, 71424, 143360)
+_A100_40_MIB = (4864, 4864, 9856, 9856, 19968, 19968, 40192)
+_A100_80_MIB = (9728, 9728, 19968, 19968, 40192, 40192, 80384)
+
+_NAME_NOTE = "nvmlDeviceGetName string (never captured; the board's marketing name)"
+_NAMES_ONLY_NOTE = ("memorySizeMB of every profile: chosen so go-nvlib's formula gives the profile names of "
+                    "mig-parted's config-default.yaml (no -lgip capture)")
+_SM_NOTE = "SM counts per profile (no capture; those of the closest captured GPU)"
+_IDS_NOTE = "profile IDs and placements: the 7-slice pattern (19/20/15/14/9/5/0, 8-slot layout; no capture)"
 
 
 _CATALOG = (
@@ -203,7 +257,95 @@ _CATALOG = (
         gi_profiles={}, assumed=()),
 )
 
-MODELS = collections.OrderedDict((model.key, model) for model in _CATALOG)
+_BY_KEY = {model.key: model for model in _CATALOG}
+
+
+def _seven_slice(key, name, pci_device_id, memory_mib, architecture, compute_capability, gbs, mibs, sms,
+                 engines, assumed):
+    return GpuModel(
+        key=key, name=name, pci_device_id=pci_device_id, memory_mib=memory_mib, architecture=architecture,
+        compute_capability=compute_capability, memory_slices=8, sm_slices=7,
+        gi_profiles=_profiles(_SEVEN_SLICE_LAYOUT, _rows(gbs, mibs, sms, engines)), assumed=assumed)
+
+
+# NVIDIA's newer GPUs and the variants mig-parted's config-default.yaml (v0.15.0) names. Profile names
+# and counts from that file and the MIG User Guide; PCI IDs from its device-filters. Where a value
+# comes from nowhere better, the model says so in `assumed` (docs/simulator.md has the table).
+_NEWER = (
+    _seven_slice(
+        "H100-96GB", "NVIDIA H100 96GB", 0x233D10DE, 97871, ARCH_HOPPER, (9, 0),
+        (12, 12, 24, 24, 48, 48, 96), _H100_96_MIB, _HOPPER_SMS, _HOPPER_ENGINES,
+        (_NAME_NOTE, "total memory 97871 MiB", _NAMES_ONLY_NOTE, _SM_NOTE, _IDS_NOTE, _ENGINES_NOTE)),
+    _seven_slice(
+        "GH200-96GB", "NVIDIA GH200 480GB", 0x234210DE, 97871, ARCH_HOPPER, (9, 0),
+        (12, 12, 24, 24, 48, 48, 96), _H100_96_MIB, _HOPPER_SMS, _HOPPER_ENGINES,
+        (_NAME_NOTE, "total memory 97871 MiB", _NAMES_ONLY_NOTE, _SM_NOTE, _IDS_NOTE, _ENGINES_NOTE)),
+    _seven_slice(
+        "GH200-144GB", "NVIDIA GH200 144G HBM3e", 0x234810DE, 146944, ARCH_HOPPER, (9, 0),
+        (18, 18, 36, 36, 72, 72, 144), (17920, 17920, 36096, 36096, 72192, 72192, 144384),
+        _HOPPER_SMS, _HOPPER_ENGINES,
+        (_NAME_NOTE, "total memory 146944 MiB",
+         "3g.72gb/4g.72gb/7g.144gb memory and SM counts (the 1g and 2g rows are from a -lgip capture)",
+         "placements: the 8-slot layout (no -lgipp capture)",
+         "3g/4g/7g engine counts (those of H100)")),
+    _seven_slice(
+        "H20", "NVIDIA H20", 0x232910DE, 97871, ARCH_HOPPER, (9, 0),
+        (12, 12, 24, 24, 48, 48, 96), _H100_96_MIB, (8, 8, 14, 16, 30, 32, 60), _HOPPER_ENGINES,
+        (_NAME_NOTE, "total memory 97871 MiB", _NAMES_ONLY_NOTE,
+         "SM counts per profile (no capture; scaled to the H20's 78 SMs)", _IDS_NOTE, _ENGINES_NOTE)),
+    _seven_slice(
+        "GB200", "NVIDIA GB200", 0x294110DE, 189471, ARCH_BLACKWELL, (10, 0),
+        (23, 23, 47, 47, 93, 93, 186), (22528, 22528, 46592, 46592, 93184, 93184, 186368),
+        (18, 18, 32, 38, 60, 72, 144), _GB200_ENGINES,
+        (_NAME_NOTE, "total memory 189471 MiB (names as on the driver of mig-parted issue #227; "
+                     "other drivers name the same profiles 1g.24gb, 3g.95gb, 7g.189gb)",
+         "3g.93gb/4g.93gb/7g.186gb memory and SM counts (the 1g and 2g rows are from -lgip captures)",
+         "placements: the 8-slot layout (no -lgipp capture)", _ENGINES_NOTE)),
+    _seven_slice(
+        "B300", "NVIDIA B300 SXM6 AC", 0x318210DE, 275040, ARCH_BLACKWELL, (10, 3),
+        (34, 34, 67, 67, 135, 135, 269), (33024, 33024, 66816, 66816, 134400, 134400, 270336),
+        _BLACKWELL_SMS, _BLACKWELL_ENGINES,
+        (_NAME_NOTE, "total memory 275040 MiB", _NAMES_ONLY_NOTE, _SM_NOTE, _IDS_NOTE, _ENGINES_NOTE)),
+    _seven_slice(
+        "GB300", "NVIDIA GB300", 0x31C210DE, 284208, ARCH_BLACKWELL, (10, 3),
+        (35, 35, 70, 70, 139, 139, 278), (34560, 34560, 69632, 69632, 139776, 139776, 279552),
+        _BLACKWELL_SMS, _BLACKWELL_ENGINES,
+        (_NAME_NOTE, "total memory 284208 MiB", _NAMES_ONLY_NOTE, _SM_NOTE, _IDS_NOTE, _ENGINES_NOTE)),
+    GpuModel(
+        key="RTX-PRO-6000-BSE", name="NVIDIA RTX PRO 6000 Blackwell Server Edition", pci_device_id=0x2BB510DE,
+        memory_mib=97887, architecture=ARCH_BLACKWELL, compute_capability=(12, 0), memory_slices=12,
+        sm_slices=4,
+        gi_profiles=_profiles(_RTX_PRO_LAYOUT, _rows(
+            (24,) * 5 + (48,) * 4 + (96,) * 2,
+            (23675,) * 5 + (47616,) * 4 + (95232,) * 2,
+            (46,) * 5 + (94,) * 4 + (188,) * 2,
+            _RTX_PRO_ENGINES)),
+        assumed=(_NAME_NOTE, "total memory 97887 MiB",
+                 "4g.96gb and 4g.96gb+gfx memory (the 1g and 2g memory are from a -lgip capture)",
+                 "1g SM count 46 for every 1g profile and 188 for 4g (captured: 1g.24gb-me 46, 2g 94)",
+                 "engine counts of 1g, 1g+me, 1g+gfx, 1g+me.all and 4g (by analogy with the captured "
+                 "2g and 1g-me rows)")),
+    _variant(_BY_KEY["H200"], "H200-NVL", "NVIDIA H200 NVL", 0x233B10DE,
+             (_NAME_NOTE, "every MIG value: those of the H200 SXM (same memory; no capture of the NVL)")),
+    _variant(_BY_KEY["A100-SXM4-80GB"], "A800-SXM4-80GB", "NVIDIA A800-SXM4-80GB", 0x20F310DE,
+             (_NAME_NOTE, "every MIG value: those of the A100-SXM4-80GB (export variant)")),
+    _variant(_BY_KEY["A100-SXM4-80GB"], "A800-PCIE-80GB", "NVIDIA A800 80GB PCIe", 0x20F510DE,
+             (_NAME_NOTE, "every MIG value: those of the A100-SXM4-80GB (export variant)")),
+    _variant(_BY_KEY["A100-SXM4-40GB"], "A800-PCIE-40GB", "NVIDIA A800 40GB PCIe", 0x20F610DE,
+             (_NAME_NOTE, "every MIG value: those of the A100-SXM4-40GB (export variant)")),
+    _variant(_BY_KEY["H100-SXM5-80GB"], "H800-SXM5-80GB", "NVIDIA H800", 0x232410DE,
+             (_NAME_NOTE, "every MIG value: those of the H100-SXM5-80GB (export variant; not captured)")),
+    _variant(_BY_KEY["H100-SXM5-80GB"], "H800-PCIE-80GB", "NVIDIA H800 PCIe", 0x232210DE,
+             (_NAME_NOTE, "every MIG value: those of the H100-SXM5-80GB (the PCIe board has fewer SMs; "
+                          "not captured)")),
+    _variant(_BY_KEY["H100-NVL"], "H800-NVL", "NVIDIA H800 NVL", 0x233A10DE,
+             (_NAME_NOTE, "every MIG value: those of the H100 NVL (export variant)")),
+)
+
+# MIG-capable models first (older, then newer), then the GPUs without MIG.
+MODELS = collections.OrderedDict(
+    (model.key, model)
+    for model in ([m for m in _CATALOG if m.gi_profiles] + list(_NEWER) + [m for m in _CATALOG if not m.gi_profiles]))
 
 # Assumptions that hold for every model (per-model ones are in GpuModel.assumed).
 CATALOG_ASSUMED = (
