@@ -97,14 +97,19 @@ DRIVER_ROOT_AUTO = "auto"
 DRIVER_ROOT_HOST = "/"
 
 
+_ERROR_NAMES = {}
+
+
 def error_name(code):
     """pynvml's name for an NVML return code (NVML_ERROR_IN_USE), or None when it has none."""
     if code is None or not HAS_PYNVML:
         return None
-    for name in dir(pynvml):
-        if name.startswith("NVML_ERROR_") and getattr(pynvml, name) == code:
-            return name
-    return None
+    if not _ERROR_NAMES:   # read pynvml's constants once, not on every call
+        for name in dir(pynvml):
+            value = getattr(pynvml, name)
+            if name.startswith("NVML_ERROR_") and isinstance(value, int):
+                _ERROR_NAMES.setdefault(value, name)
+    return _ERROR_NAMES.get(code)
 
 
 def nvml_reason(code):

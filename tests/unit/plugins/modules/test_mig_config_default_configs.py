@@ -11,7 +11,6 @@ starts from the previous config's devices (the planner's transitions run too). T
 loaded once and passed as a mapping, which keeps the whole matrix fast.
 """
 
-import functools
 import os
 
 import pytest
@@ -19,7 +18,6 @@ import yaml
 
 import gpuops_mig_sim as sim
 from gpuops_mig_sim import models
-from ansible_collections.gpuops.mig.plugins.module_utils import _nvml
 from ansible_collections.gpuops.mig.plugins.modules import mig_config
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "mig-parted-config-default-v0.15.0.yaml")
@@ -28,14 +26,6 @@ with open(FIXTURE) as _f:
     CONFIG = yaml.safe_load(_f)
 
 MIG_MODELS = [key for key, model in models.MODELS.items() if models.is_mig_capable(model)]
-
-
-@pytest.fixture(autouse=True)
-def _cached_error_names(monkeypatch):
-    """_nvml.error_name scans dir(pynvml) on every call, and reading a GPU's profiles asks it for each
-    constant the GPU lacks; over this matrix that scan is most of the run time. The answer depends
-    only on the code, so memoising it changes nothing the test observes."""
-    monkeypatch.setattr(_nvml, "error_name", functools.lru_cache(maxsize=None)(_nvml.error_name))
 
 
 def selecting_entry(config_name, model):

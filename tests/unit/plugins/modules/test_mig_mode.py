@@ -228,3 +228,13 @@ def test_a_reset_that_cannot_run_says_so_and_asks_for_a_reboot(sim_host, run_mod
     assert gpu["reset"]["reason"] == "cannot_run"
     assert result["reboot_required"] is True
     assert modes(state) == [{"current": 0, "pending": 1}]
+
+
+def test_a_pinned_placement_the_gpu_cannot_hold_is_refused_before_any_mode_change(sim_host, run_module, file_digest):
+    state = sim_host("1xH100-SXM5-80GB")
+    before = file_digest(state)
+    layouts = [{"gpus": [0], "devices": [{"profile": "3g.40gb", "placement": {"start": 2, "size": 4}}]}]
+    result = run_module(mig_mode, {"layouts": layouts, "reset": True})
+    assert result["failed"] is True
+    assert "Nothing was changed" in result["msg"] and "3g.40gb at placement 2:4" in result["msg"], result["msg"]
+    assert file_digest(state) == before
