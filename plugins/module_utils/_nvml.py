@@ -152,7 +152,6 @@ def gi_profile_name(constant, sm_slices, memory_mib, total_memory_bytes):
     return "%dg.%dgb%s" % (sm_slices, memory_gb, _GI_SUFFIX.get(constant, ""))
 
 
-
 def mig_device_counts(gpu_instances):
     """The mig-parted view of a layout: MIG device name -> count."""
     counts = {}

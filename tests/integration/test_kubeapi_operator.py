@@ -41,7 +41,7 @@ def labels_of(api, node="gpu-1"):
 
 
 def pods(api, app, node="gpu-1"):
-    return [p for p in api.list("Pod", NS, label_selector=f"app={app}", field_selector=f"spec.nodeName={node}")]
+    return list(api.list("Pod", NS, label_selector=f"app={app}", field_selector=f"spec.nodeName={node}"))
 
 
 def gis(path):

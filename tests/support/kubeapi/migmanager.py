@@ -354,7 +354,7 @@ def _filter_ids(entry):
         return None
     if isinstance(wanted, str):
         wanted = [wanted]
-    return {int(str(w).split(":")[0], 16) for w in wanted}
+    return {int(str(w).split(":", maxsplit=1)[0], 16) for w in wanted}
 
 
 def config_applied(state, entries) -> bool:
