@@ -6,6 +6,10 @@
     bed.py setup                 install sshd and nc (apt), build the target venv (idempotent, quick)
     bed.py up                    bring up every host of the inventory and the Kubernetes API
     bed.py reset [HOST...]       reprovision hosts (fresh disks, fresh GPUs); without HOST also a fresh cluster
+    bed.py reset --gpu-operator CONFIG
+                                 the same, and the cluster also gets the GPU Operator (CRD, ClusterPolicy with
+                                 mig.strategy mixed, its ConfigMap default-mig-parted-config holding the
+                                 mig-parted file CONFIG); the emulator's operator and mig-manager act on it
     bed.py power-on HOST...      boot hosts that are down (a reboot that never came back, a poweroff)
     bed.py status                hosts and API, one line each
     bed.py down                  remove everything: processes, namespaces, files
@@ -252,9 +256,10 @@ def reprovision(names, specs):
 
 # ----- Kubernetes API -----------------------------------------------------------------------------
 
-def cluster_seed(specs):
+def cluster_seed(specs, gpu_operator=None):
     """Nodes for the GPU hosts (linked to their simulated GPUs) and a CPU node, pods on them:
-    a DaemonSet on the GPU nodes, a ReplicaSet-owned training pod per GPU node with a PDB."""
+    a DaemonSet on the GPU nodes, a ReplicaSet-owned training pod per GPU node with a PDB.
+    With gpu_operator (a mig-parted config file), also the GPU Operator (seed.gpu_operator)."""
     objs = [seed.namespace("gpu-monitoring"), seed.namespace("ml")]
     objs.append(seed.node(CPU_NODE))
     for name in specs:
@@ -268,6 +273,12 @@ def cluster_seed(specs):
         objs.append(seed.pod("train-7c9d-%d" % index, node=node, namespace="ml", labels=train,
                              owner=("ReplicaSet", "train-7c9d")))
     objs.append(seed.pdb("train", train, namespace="ml", min_available=2))
+    if gpu_operator:
+        # The simulated mig-manager runs in the emulator, on the controller: it reaches each host's GPUs
+        # through the nodes' kubeapi.test/nvml-state (the host directories, controller paths).
+        with open(gpu_operator, encoding="utf-8") as handle:
+            config = yaml.safe_load(handle)
+        objs.extend(seed.gpu_operator(mig_strategy="mixed", config=config))
     return objs
 
 
@@ -298,12 +309,12 @@ def stop_kube():
             pass
 
 
-def start_kube(specs):
+def start_kube(specs, gpu_operator=None):
     info = kube_info() or {"port": free_port()}
     stop_kube()
     seed_file = os.path.join(BED, "kube-seed.yaml")
     with open(seed_file, "w", encoding="utf-8") as handle:
-        yaml.safe_dump_all(cluster_seed(specs), handle, sort_keys=False)
+        yaml.safe_dump_all(cluster_seed(specs, gpu_operator), handle, sort_keys=False)
     out_path = os.path.join(BED, "kubeapi.out")
     with open(out_path, "w", encoding="utf-8") as out, open(os.path.join(BED, "kubeapi.log"), "a") as err:
         proc = subprocess.Popen([VENV_PYTHON, "-m", "tests.support.kubeapi", "--port", str(info["port"]),
@@ -340,13 +351,15 @@ def up(specs):
     log("up: %d hosts, Kubernetes API %s" % (len(specs), kube_info()["url"]))
 
 
-def reset(specs, names):
+def reset(specs, names, gpu_operator=None):
     for name in names:
         if name not in specs:
             raise SystemExit("bed: no host %r in %s" % (name, INVENTORY))
+    if gpu_operator and names:
+        raise SystemExit("bed: --gpu-operator seeds a fresh cluster: reset every host (no HOST)")
     reprovision(names or list(specs), specs)
     if not names:
-        start_kube(specs)
+        start_kube(specs, gpu_operator)
 
 
 def power_on(specs, names):
@@ -388,7 +401,10 @@ def main(argv=None):
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("setup")
     commands.add_parser("up")
-    commands.add_parser("reset").add_argument("hosts", nargs="*")
+    reset_cmd = commands.add_parser("reset")
+    reset_cmd.add_argument("hosts", nargs="*")
+    reset_cmd.add_argument("--gpu-operator", metavar="CONFIG",
+                           help="also seed the GPU Operator, its mig-parted ConfigMap from this file")
     commands.add_parser("power-on").add_argument("hosts", nargs="+")
     commands.add_parser("status")
     commands.add_parser("down")
@@ -399,7 +415,7 @@ def main(argv=None):
     elif args.command == "up":
         up(specs)
     elif args.command == "reset":
-        reset(specs, args.hosts)
+        reset(specs, args.hosts, args.gpu_operator and os.path.abspath(args.gpu_operator))
     elif args.command == "power-on":
         power_on(specs, args.hosts)
     elif args.command == "status":
