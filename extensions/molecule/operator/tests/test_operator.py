@@ -59,7 +59,8 @@ def test_node_labels(name, cluster):
 
 
 def test_mig_manager_left_the_taken_over_nodes_only(name, cluster):
-    pods = [p for p in cluster.pods(node=name, namespace="gpu-operator") if p.metadata.labels.get("app") == "nvidia-mig-manager"]
+    pods = [p for p in cluster.pods(node=name, namespace="gpu-operator")
+            if p.metadata.labels.get("app") == "nvidia-mig-manager"]
     assert len(pods) == (0 if name in TAKEN_OVER else 1)
 
 
