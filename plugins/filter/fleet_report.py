@@ -1,0 +1,30 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the gpuops.mig collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Filters through which playbooks/facts.yml builds the fleet report (logic in plugin_utils/_fleet_report.py)."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _fleet_report as fleet_report
+
+
+def _wrap(function):
+    def run(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except fleet_report.ReportError as e:
+            raise AnsibleFilterError(str(e))
+    run.__name__ = function.__name__
+    run.__doc__ = function.__doc__
+    return run
+
+
+class FilterModule(object):
+    def filters(self):
+        return {
+            "mig_fleet_report": _wrap(fleet_report.fleet_report),
+            "mig_fleet_report_table": _wrap(fleet_report.table),
+        }
