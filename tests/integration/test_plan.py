@@ -116,3 +116,15 @@ def test_site_applies_the_plan_and_the_pending_pods_then_fit(kube_api, kube_env,
     assert kube_api.get("Node", "gpu-a")["metadata"]["labels"]["nvidia.com/mig.config"] == label
     again = fleet.run("playbooks/site.yml", plan)
     assert all(again.recap[n]["changed"] == 0 for n in ("gpu-a", "gpu-b")), output(again)
+
+    # facts.yml given the same plan names, per node, the layout the rollout applied and the state it left.
+    report = tmp_path / "report.json"
+    facts = fleet.run("playbooks/facts.yml", dict(plan, gpuops_mig_report_file=str(report)))
+    assert facts.returncode == 0, output(facts)
+    hosts = json.loads(report.read_text())["hosts"]
+    assert "gpu-a" in plan["gpuops_mig_plan"]["nodes"]
+    for name, planned in plan["gpuops_mig_plan"]["nodes"].items():
+        assert hosts[name]["declared"] == {"layout": planned["config_label"], "source": "plan"}, name
+        labels = kube_api.get("Node", name)["metadata"]["labels"]
+        assert hosts[name]["kubernetes"]["mig_config"] == labels["nvidia.com/mig.config"] == planned["config_label"]
+        assert hosts[name]["kubernetes"]["mig_config_state"] == labels["nvidia.com/mig.config.state"] == "success"

@@ -7,6 +7,7 @@ import pytest
 
 import gpuops_mig_sim as sim
 from test_roles import CONFIG, STATE, Fleet, output
+from tests.support.kubeapi import seed
 
 pytestmark = pytest.mark.playbook
 
@@ -44,10 +45,18 @@ def test_canary_failure_stops_the_rollout_then_report_then_disable(kube_api, kub
     data = json.loads(report.read_text())["hosts"]
     assert [g["mig_mode"]["current"] for g in data["gpu-bad"]["gpus"]] == ["enabled"]
     assert [g["name"] for g in data["gpu-good"]["gpus"]] == ["NVIDIA A30"] * 2
+    # Beside the GPUs, the layout the rollout applies and the state it left on the node.
+    assert data["gpu-bad"]["declared"] == {"layout": "all-3g", "source": "inventory"}
+    assert data["gpu-bad"]["kubernetes"] == {"node": "gpu-bad", "found": True, "mig_config": "all-3g",
+                                             "mig_config_state": "failed"}
+    assert data["gpu-good"]["declared"] == {"layout": "custom", "source": "inventory"}   # mig_node_layouts
+    assert data["gpu-good"]["kubernetes"]["mig_config_state"] is None
     table = (tmp_path / "report.txt").read_text().splitlines()
-    assert table[0].split() == ["HOST", "GPU", "MODEL", "MIG", "MIG", "DEVICES"]
+    assert table[0].split() == ["HOST", "GPU", "MODEL", "MIG", "MIG", "DEVICES", "DECLARED", "FROM", "STATE"]
     assert table[1].split()[:3] == ["gpu-bad", "0", "NVIDIA"] and "enabled" in table[1]
+    assert table[1].split()[-3:] == ["all-3g", "inventory", "failed"]
     assert table[2].split()[:2] == ["gpu-good", "0"] and "disabled" in table[2]
+    assert table[2].split()[-3:] == ["custom", "inventory", "unset"]
     assert "gpu-good         0    NVIDIA A30" in facts.stdout
 
     # MIG off on the failed node: the same safe workflow, the boot-time restore removed, the cordon
@@ -63,6 +72,103 @@ def test_canary_failure_stops_the_rollout_then_report_then_disable(kube_api, kub
     assert node["metadata"]["labels"][STATE] == "success" and node["metadata"]["labels"][CONFIG] == "all-disabled"
     assert not node["spec"].get("unschedulable")
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "1"
+
+
+def _report_rows(table):
+    """{host: (declared, from, state)} from the first row of each host in facts.yml's .txt table
+    (cells end with two spaces or more; "node label" holds one)."""
+    start = table[0].index("DECLARED")
+    return dict((line.split()[0], tuple(cell.strip() for cell in line[start:].split("  ") if cell.strip()))
+                for line in table[1:] if line[:1].strip())
+
+
+def test_facts_report_declared_layout_and_state_label(kube_api, kube_env, tmp_path):
+    """facts.yml, read-only: per node, the layout the rollout would apply (plan, inventory, node label,
+    none) and its nvidia.com/mig.config.state label; the nodes read once; a missing node is shown."""
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet.add("gpu-inv", "1xA30-24GB", node_labels={CONFIG: "all-balanced", STATE: "success"},
+              mig_node_config_name="all-1g.6gb")
+    # The plan names this node's layout and wins over mig_node_config_name, as in the rollout.
+    fleet.add("gpu-plan", "1xH100-SXM5-80GB", node_labels={STATE: "pending"}, mig_node_config_name="all-3g")
+    fleet.add("gpu-label", "2xA30-24GB", node_labels={CONFIG: "all-2g.12gb"})
+    # Found by mig_node_k8s_node_name, not by its inventory name.
+    fleet.add("gpu-renamed", "1xA30-24GB", node_labels={STATE: "failed"}, mig_node_k8s_node_name="worker-9")
+    kube_api.seed(seed.node("worker-9", {CONFIG: "all-4g.24gb", STATE: "rebooting"}))
+    fleet.add("gpu-ghost", "1xA30-24GB", mig_node_k8s_node_name="ghost",
+              mig_node_layouts=[{"gpus": "all", "devices": {"1g.6gb": 4}}])
+    fleet.add("gpu-off", "1xA30-24GB", kubernetes=False, mig_node_config_name="all-disabled")
+    # A host whose GPUs cannot be read: still its declaration and its node's state.
+    fleet.add("gpu-down", "1xA30-24GB", node_labels={CONFIG: "all-1g.6gb", STATE: "failed"},
+              ansible_python_interpreter="/nonexistent/python")
+    plan = {"gpuops_mig_plan": {"version": 1, "report": {}, "nodes": {"gpu-plan": {
+        "layouts": [{"gpus": "all", "devices": {"1g.10gb": 7}}], "config_label": "gpuops-plan-7x1g", "touched": True}}}}
+    before = {name: fleet.digest(name) for name in fleet.hosts}
+    labels_before = {n["metadata"]["name"]: n["metadata"]["labels"] for n in kube_api.list("Node")}
+    fleet.env["ANSIBLE_SHOW_CUSTOM_STATS"] = "1"
+
+    report = tmp_path / "report.json"
+    seen = len(kube_api.requests)
+    facts = fleet.run("playbooks/facts.yml", dict(plan, gpuops_mig_report_file=str(report)))
+    assert facts.recap["gpu-down"]["failed"] == 1 and facts.returncode == 2, output(facts)
+    node_reads = [r for r in kube_api.requests[seen:] if r.method == "GET" and r.path == "/api/v1/nodes"]
+    assert len(node_reads) == 1, kube_api.requests[seen:]
+
+    data = json.loads(report.read_text())["hosts"]
+    assert {h: data[h]["declared"] for h in data} == {
+        "gpu-down": {"layout": "all-1g.6gb", "source": "node label"},
+        "gpu-ghost": {"layout": "custom", "source": "inventory"},
+        "gpu-inv": {"layout": "all-1g.6gb", "source": "inventory"},
+        "gpu-label": {"layout": "all-2g.12gb", "source": "node label"},
+        "gpu-off": {"layout": "all-disabled", "source": "inventory"},
+        "gpu-plan": {"layout": "gpuops-plan-7x1g", "source": "plan"},
+        "gpu-renamed": {"layout": "all-4g.24gb", "source": "node label"},
+    }
+    assert data["gpu-inv"]["kubernetes"] == {"node": "gpu-inv", "found": True, "mig_config": "all-balanced",
+                                             "mig_config_state": "success"}
+    assert data["gpu-renamed"]["kubernetes"]["node"] == "worker-9"
+    assert data["gpu-ghost"]["kubernetes"] == {"node": "ghost", "found": False, "mig_config": None,
+                                               "mig_config_state": None}
+    assert data["gpu-off"]["kubernetes"] is None
+    # The keys users read are still there.
+    assert data["gpu-down"]["error"].startswith("no facts") and "gpus" not in data["gpu-down"]
+    assert data["gpu-label"]["driver"] and [g["index"] for g in data["gpu-label"]["gpus"]] == [0, 1]
+    gpu_keys = {"index", "name", "uuid", "pci_bus_id", "mig_capable", "mig_mode", "mig_devices", "gpu_instances"}
+    assert set(data["gpu-inv"]["gpus"][0]) >= gpu_keys
+
+    table = (tmp_path / "report.txt").read_text().splitlines()
+    assert table[0].split()[-3:] == ["DECLARED", "FROM", "STATE"]
+    assert _report_rows(table) == {
+        "gpu-down": ("all-1g.6gb", "node label", "failed"),
+        "gpu-ghost": ("custom", "inventory", "no node ghost"),
+        "gpu-inv": ("all-1g.6gb", "inventory", "success"),
+        "gpu-label": ("all-2g.12gb", "node label", "unset"),
+        "gpu-off": ("all-disabled", "inventory", "-"),
+        "gpu-plan": ("gpuops-plan-7x1g", "plan", "pending"),
+        "gpu-renamed": ("all-4g.24gb", "node label", "rebooting"),
+    }
+    assert [line for line in table if line.startswith("gpu-down")][0].split()[1:3] == ["no", "facts"]
+    assert all('"%s"' % line in facts.stdout for line in table), output(facts)   # and on the console
+    # The AWX artifact carries the same report.
+    stats = facts.stdout.split("CUSTOM STATS:", 1)[1]
+    assert '"gpuops_mig_fleet"' in stats and '"mig_config_state": "rebooting"' in stats
+    assert '"source": "plan"' in stats
+    # Read-only.
+    assert {name: fleet.digest(name) for name in fleet.hosts} == before
+    assert {n["metadata"]["name"]: n["metadata"]["labels"] for n in kube_api.list("Node")} == labels_before
+
+    # Without Kubernetes: no node read, the node columns say "-", the label declares nothing.
+    seen = len(kube_api.requests)
+    del fleet.hosts["gpu-down"]
+    facts = fleet.run("playbooks/facts.yml", {"gpuops_mig_report_file": str(report), "gpuops_mig_kubernetes": False})
+    assert facts.returncode == 0, output(facts)
+    assert not [r for r in kube_api.requests[seen:] if r.path.startswith("/api")]
+    data = json.loads(report.read_text())["hosts"]
+    assert all(entry["kubernetes"] is None for entry in data.values())
+    assert data["gpu-label"]["declared"] == {"layout": None, "source": "none"}
+    assert data["gpu-plan"]["declared"] == {"layout": "all-3g", "source": "inventory"}   # no plan given
+    rows = _report_rows((tmp_path / "report.txt").read_text().splitlines())
+    assert rows["gpu-label"] == ("-", "none", "-") and rows["gpu-inv"] == ("all-1g.6gb", "inventory", "-")
+    assert {state for _layout, _source, state in rows.values()} == {"-"}
 
 
 def test_a_layout_that_fails_on_a_later_batch_stops_the_rollout_before_any_change(kube_api, kube_env, tmp_path):
