@@ -13,7 +13,7 @@ converged re-run (getrusage of the children: the largest single process, i.e.
 ansible-playbook itself, not the sum over its forks).
 
 Usage (from the repository root, after scripts/setup.sh):
-    .venv/bin/python bench/bench_fleet.py [--hosts 8,32,64] [--serial 25%] [--forks 16] [--write-docs]
+    .venv/bin/python bench/bench_fleet.py [--hosts 8,32,64] [--serial 25%] [--forks 16] [--write-docs] [--profile]
 
 --write-docs replaces the results section of docs/rollout.md.
 """
@@ -65,7 +65,7 @@ def timed(cmd, env):
     return seconds, max(peak, before) / 1024.0, proc
 
 
-def measure(hosts, serial, forks):
+def measure(hosts, serial, forks, profile=False):
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
         tmp = pathlib.Path(tmp)
         (tmp / "scratch").mkdir()
@@ -82,7 +82,12 @@ def measure(hosts, serial, forks):
             ping = timed([os.path.join(BIN, "ansible"), "-i", inventory, "gpu_nodes", "-m", "ping"], fleet.env)[0]
             site = [os.path.join(BIN, "ansible-playbook"), "-i", inventory, os.path.join(REPO, "playbooks", "site.yml")]
             first = timed(site + extra, fleet.env)[0]
-            again, rss, proc = timed(site + extra, fleet.env)
+            env = dict(fleet.env)
+            if profile:  # where the re-run's time goes, per task (printed, not part of the results)
+                env.update(ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_tasks", PROFILE_TASKS_TASK_OUTPUT_LIMIT="40")
+            again, rss, proc = timed(site + extra, env)
+            if profile:
+                print(proc.stdout[proc.stdout.rfind("PLAY RECAP"):], flush=True)
             if not re.search(r"changed=0 ", proc.stdout) or re.search(r"changed=[1-9]", proc.stdout):
                 raise SystemExit("the re-run changed something:\n" + proc.stdout[-3000:])
         finally:
@@ -126,10 +131,11 @@ def main():
     parser.add_argument("--serial", default="25%")
     parser.add_argument("--forks", type=int, default=16)
     parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument("--profile", action="store_true", help="print the converged re-run's slowest tasks")
     args = parser.parse_args()
     rows = []
     for hosts in [int(h) for h in args.hosts.split(",")]:
-        row = measure(hosts, args.serial, args.forks)
+        row = measure(hosts, args.serial, args.forks, args.profile)
         print("%(hosts)d hosts: ping %(ping).1f s, first %(first).1f s, converged %(converged).1f s, "
               "peak RSS %(rss).0f MiB" % row, flush=True)
         rows.append(row)

@@ -161,6 +161,18 @@ def mig_device_counts(gpu_instances):
     return counts
 
 
+def facts_without_driver(error, simulated):
+    """The mig_facts view of a host whose driver (or nvidia-ml-py) cannot be used: a fact, not a failure."""
+    return {"driver": {"present": False, "version": None, "cuda_version": None, "nvml_version": None,
+                       "root": None, "library": None, "error": error},
+            "simulated": bool(simulated), "gpu_count": 0, "mig_capable_count": 0, "gpus": []}
+
+
+def missing_driver_message(error):
+    """What facts_without_driver() says for a MissingLibrary or DriverNotFound error."""
+    return "nvidia-ml-py (import pynvml) is not installed" if isinstance(error, MissingLibrary) else str(error)
+
+
 def _text(value):
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 

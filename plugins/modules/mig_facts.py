@@ -165,19 +165,17 @@ from ansible_collections.gpuops.mig.plugins.module_utils._common import (
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import DriverNotFound, GpuopsError, MissingLibrary
 from ansible_collections.gpuops.mig.plugins.module_utils._gpu_selection import select_gpus
 from ansible_collections.gpuops.mig.plugins.module_utils._host_layout import checkpoint_layouts
-from ansible_collections.gpuops.mig.plugins.module_utils._nvml import Nvml, mig_device_counts
+from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
+    Nvml,
+    facts_without_driver,
+    mig_device_counts,
+    missing_driver_message,
+)
 
 
 def gather(nvml_session, selectors, with_profiles, checkpoint=False):
     """The facts; a missing driver or nvidia-ml-py is a fact (driver.present false), other errors raise."""
-    facts = {
-        "driver": {"present": False, "version": None, "cuda_version": None, "nvml_version": None,
-                   "root": None, "library": None, "error": None},
-        "simulated": bool(nvml_session.simulate),
-        "gpu_count": 0,
-        "mig_capable_count": 0,
-        "gpus": [],
-    }
+    facts = facts_without_driver(None, nvml_session.simulate)
     if checkpoint:
         facts["checkpoint"] = []
     try:
@@ -194,11 +192,8 @@ def gather(nvml_session, selectors, with_profiles, checkpoint=False):
                 facts["gpus"].append(info)
             if checkpoint:
                 facts["checkpoint"] = checkpoint_layouts(facts["gpus"])
-    except MissingLibrary:
-        facts["driver"]["error"] = "nvidia-ml-py (import pynvml) is not installed"
-        return facts
-    except DriverNotFound as e:
-        facts["driver"].update(present=False, error=str(e))
+    except (MissingLibrary, DriverNotFound) as e:
+        facts["driver"].update(present=False, error=missing_driver_message(e))
         return facts
     facts["gpu_count"] = len(facts["gpus"])
     facts["mig_capable_count"] = sum(1 for g in facts["gpus"] if g["mig_capable"])

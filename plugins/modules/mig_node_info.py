@@ -15,6 +15,8 @@ description:
     the declared layout needs (as M(gpuops.mig.mig_mode) and M(gpuops.mig.mig_config) would plan them in check
     mode), each GPU's MIG mode and device types after the change, and whether the boot-time restore installed
     by M(gpuops.mig.mig_boot_restore) is in step with the layout.
+  - Without a layout (none of O(config), O(config_file), O(layouts)) it reads the driver and GPUs only, which is
+    what the M(gpuops.mig.mig_preflight) role checks.
   - Changes nothing. A layout that cannot be applied (a config entry no GPU can hold, busy devices in the way
     without O(force)) fails here, with the messages of M(gpuops.mig.mig_mode) and M(gpuops.mig.mig_config),
     before anything on any node changes.
@@ -41,6 +43,20 @@ options:
       - Where O(config) or O(layouts) came from (for example C(ConfigMap gpu-operator/default-mig-parted-config)),
         named in every message about them.
     type: str
+  container_toolkit_command:
+    description:
+      - A command (run without a shell) that prints the NVIDIA Container Toolkit's version, for example
+        C(nvidia-ctk --version). Its version or error is returned in RV(container_toolkit). Leave it out to skip.
+    type: str
+    version_added: 0.2.0
+  fail_on_missing_driver:
+    description:
+      - Fail when the NVIDIA driver or nvidia-ml-py cannot be used. With V(false) that is reported in
+        RV(facts) (C(driver.present) false, C(driver.error) why) and nothing is planned, as
+        M(gpuops.mig.mig_facts) does.
+    type: bool
+    default: true
+    version_added: 0.2.0
   force:
     description: Plan as M(gpuops.mig.mig_mode) and M(gpuops.mig.mig_config) would with O(force=true).
     type: bool
@@ -72,26 +88,35 @@ facts:
   description: The driver and the GPUs, as M(gpuops.mig.mig_facts) reports them (without profiles).
   returned: always
   type: dict
+container_toolkit:
+  description:
+    - C(command), C(rc), C(version) (V(x.y.z), or null) and C(error) (null when the command ran), when
+      O(container_toolkit_command) is given; else null.
+  returned: always
+  type: dict
 mode:
-  description: The MIG mode plan, as M(gpuops.mig.mig_mode) returns it in check mode.
+  description: The MIG mode plan, as M(gpuops.mig.mig_mode) returns it in check mode. Null without a layout.
   returned: always
   type: dict
 geometry:
-  description: The geometry plan per GPU, as M(gpuops.mig.mig_config) returns it in check mode (C(gpus)).
+  description:
+    - The geometry plan per GPU, as M(gpuops.mig.mig_config) returns it in check mode (C(gpus)). Null without a
+      layout.
   returned: always
   type: dict
 change:
-  description: C(mode), C(geometry) and C(any) (either), each true when that part must change.
+  description:
+    - C(mode), C(geometry) and C(any) (either), each true when that part must change. Null without a layout.
   returned: always
   type: dict
 wants_mig:
-  description: Whether any GPU is to have MIG on after the change.
+  description: Whether any GPU is to have MIG on after the change. Null without a layout.
   returned: always
   type: bool
 planned:
   description:
     - Per GPU of the host, after the change; C(index), C(name), C(mig_enabled) and C(devices) (MIG device name
-      to count).
+      to count). Null without a layout.
   returned: always
   type: list
   elements: dict
@@ -105,6 +130,8 @@ restore:
   type: dict
 """
 
+import re
+import shlex
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
@@ -116,9 +143,15 @@ from ansible_collections.gpuops.mig.plugins.module_utils._common import (
     CONFIG_SOURCE_ARG_SPEC,
     CONFIG_SOURCE_EXCLUSIVE,
     DRIVER_ARG_SPEC,
-    nvml_session,
+    fail_from,
 )
-from ansible_collections.gpuops.mig.plugins.module_utils._nvml import mig_device_counts
+from ansible_collections.gpuops.mig.plugins.module_utils._errors import DriverNotFound, GpuopsError, MissingLibrary
+from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
+    Nvml,
+    facts_without_driver,
+    mig_device_counts,
+    missing_driver_message,
+)
 
 
 def read_facts(nvml):
@@ -172,47 +205,78 @@ def restore_state(options, wants_mig, layout_params):
     return {"state": "present", "installed": installed, "wanted": wanted, "in_step": installed == wanted}
 
 
+def container_toolkit(module, command):
+    """The NVIDIA Container Toolkit's version from ``command`` (run without a shell), or why there is none."""
+    argv = shlex.split(command)
+    try:
+        rc, out, err = module.run_command(argv, handle_exceptions=False)
+    except OSError as e:
+        return {"command": command, "rc": None, "version": None, "error": str(e)}
+    found = re.search(r"[0-9]+[.][0-9]+[.][0-9]+", out or "")
+    error = None if rc == 0 else ((err or out or "").strip() or "exit status %d" % rc)
+    return {"command": command, "rc": rc, "version": found.group(0) if found and rc == 0 else None, "error": error}
+
+
+def plan_node(nvml, p):
+    """The mode and geometry plans for the declared layout, and what they add up to."""
+    entries = host_layout.load_entries(p["config"], p["config_file"], p["config_name"], p["layouts"],
+                                       origin=p["config_origin"])
+    resolution, gpus = host_layout.resolve(nvml, entries, p["allow_unmatched"])
+    work = host_layout.plan_host(nvml, resolution, gpus, p["force"], check_mode=True)
+    records = host_mode.plan(nvml, host_mode.request_from_resolution(resolution, gpus), p["force"])
+    host_mode.apply(nvml, records, check_mode=True)
+    mode = host_mode.report(nvml, records, check_mode=True)
+    geometry = host_layout.report(work)
+    change_mode = mode["changed"] or mode["reset_required"] or mode["reboot_required"]
+    change_geometry = any(g["changed"] for g in geometry)
+    return {
+        "mode": mode,
+        "geometry": {"gpus": geometry},
+        "change": {"mode": change_mode, "geometry": change_geometry, "any": change_mode or change_geometry},
+        "wants_mig": any(g["mig_mode"]["pending"] == "enabled" for g in mode["gpus"] if not g["skipped"]),
+    }
+
+
 def main():
     argument_spec = dict(
         config_origin=dict(type="str"),
         force=dict(type="bool", default=False),
         restore=dict(type="dict"),
+        fail_on_missing_driver=dict(type="bool", default=True),
+        container_toolkit_command=dict(type="str"),
     )
     argument_spec.update(CONFIG_SOURCE_ARG_SPEC)
     argument_spec.update(DRIVER_ARG_SPEC)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
-                           mutually_exclusive=CONFIG_SOURCE_EXCLUSIVE, required_one_of=CONFIG_SOURCE_EXCLUSIVE)
+                           mutually_exclusive=CONFIG_SOURCE_EXCLUSIVE)
     p = module.params
-    with nvml_session(module) as nvml:
-        facts = read_facts(nvml)
-        entries = host_layout.load_entries(p["config"], p["config_file"], p["config_name"], p["layouts"],
-                                           origin=p["config_origin"])
-        resolution, gpus = host_layout.resolve(nvml, entries, p["allow_unmatched"])
-        work = host_layout.plan_host(nvml, resolution, gpus, p["force"], check_mode=True)
-        records = host_mode.plan(nvml, host_mode.request_from_resolution(resolution, gpus), p["force"])
-        host_mode.apply(nvml, records, check_mode=True)
-        mode = host_mode.report(nvml, records, check_mode=True)
-    geometry = host_layout.report(work)
-    change_mode = mode["changed"] or mode["reset_required"] or mode["reboot_required"]
-    change_geometry = any(g["changed"] for g in geometry)
-    wants_mig = any(g["mig_mode"]["pending"] == "enabled" for g in mode["gpus"] if not g["skipped"])
-    restore = None
-    if p["restore"] is not None:
-        # At boot the restore looks where the driver was found now (a driver container's root, say).
-        driver_root = facts["driver"]["root"] or p["driver_root"]
-        layout_params = dict(config=p["config"], layouts=p["layouts"], config_name=p["config_name"],
-                             allow_unmatched=p["allow_unmatched"], driver_root=driver_root)
-        restore = dict(restore_state(p["restore"], wants_mig, layout_params), driver_root=driver_root)
-    module.exit_json(
-        changed=False,
-        facts=facts,
-        mode=mode,
-        geometry={"gpus": geometry},
-        change={"mode": change_mode, "geometry": change_geometry, "any": change_mode or change_geometry},
-        wants_mig=wants_mig,
-        planned=planned_gpus(facts, geometry),
-        restore=restore,
-    )
+    declared = any(p[key] is not None for key in ("config", "config_file", "layouts"))
+    result = dict(changed=False, mode=None, geometry=None, change=None, wants_mig=None, planned=None, restore=None,
+                  container_toolkit=None)
+    if p["container_toolkit_command"]:
+        result["container_toolkit"] = container_toolkit(module, p["container_toolkit_command"])
+    nvml = Nvml(driver_root=p["driver_root"])
+    try:
+        with nvml:
+            result["facts"] = read_facts(nvml)
+            if declared:
+                result.update(plan_node(nvml, p))
+    except (MissingLibrary, DriverNotFound) as e:
+        if p["fail_on_missing_driver"]:
+            fail_from(module, e)
+        module.exit_json(**dict(result, facts=facts_without_driver(missing_driver_message(e), nvml.simulate)))
+    except GpuopsError as e:
+        fail_from(module, e)
+    if declared:
+        result["planned"] = planned_gpus(result["facts"], result["geometry"]["gpus"])
+        if p["restore"] is not None:
+            # At boot the restore looks where the driver was found now (a driver container's root, say).
+            driver_root = result["facts"]["driver"]["root"] or p["driver_root"]
+            layout_params = dict(config=p["config"], layouts=p["layouts"], config_name=p["config_name"],
+                                 allow_unmatched=p["allow_unmatched"], driver_root=driver_root)
+            result["restore"] = dict(restore_state(p["restore"], result["wants_mig"], layout_params),
+                                     driver_root=driver_root)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

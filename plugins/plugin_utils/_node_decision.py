@@ -250,6 +250,12 @@ def decide(info, node, operator, settings):
         if mode != "mig-manager":     # mig-manager writes the state label itself
             wanted[LABEL_STATE] = "success"
         decision["converged_labels"] = dict((k, v) for k, v in wanted.items() if labels.get(k) != v)
+    # A converged node with none of these is finished by its preview alone (site.yml skips its steady pass).
+    decision["steady_work"] = [name for name, due in (
+        ("switch off mig-manager", decision["switch_off_mig_manager"]),
+        ("restore", decision["persist"] and not decision["restore_in_step"]),
+        ("labels", bool(decision["converged_labels"])),
+        ("uncordon", decision["cordoned_earlier"] and path == "converged")) if due]
     decision["summary"] = _summary(host, settings["config_label"], decision)
     return decision
 

@@ -37,13 +37,20 @@ def _seconds_since(started):
     return round((now - begin).total_seconds(), 1)
 
 
-def fleet_summary(reports, hosts):
-    """Rows for every host (a host with no report did not finish: failed or never reached), and totals."""
+def fleet_summary(reports, hosts, decisions=None):
+    """Rows for every host, and totals.
+
+    reports: {host: node_report() or None}; decisions: {host: the preview's decision or None}. A converged
+    host with no report was finished by its preview alone; any other host without one did not get its turn
+    (the rollout stopped before its batch) or failed before the role could record it."""
     rows = []
     for host in sorted(hosts):
-        report = reports.get(host)
-        missing = {"outcome": "failed", "path": None, "mode_changes": None, "destroyed": None, "created": None,
-                   "reboots": None, "seconds": None}
+        report = reports.get(host) or None         # {} or None: no report
+        decision = (decisions or {}).get(host)
+        if report is None and (decision or {}).get("path") == "converged":
+            report = node_report(decision)
+        missing = {"outcome": "not done", "path": (decision or {}).get("path"), "mode_changes": None,
+                   "destroyed": None, "created": None, "reboots": None, "seconds": None}
         row = dict(node=host, **(report or missing))
         rows.append(row)
     totals = {}

@@ -226,6 +226,8 @@ def test_converged_nodes_never_wait_for_a_batch_and_the_summary_tells(kube_api, 
     first = fleet.run("playbooks/site.yml", {"gpuops_mig_serial": "1", "gpuops_mig_deploy_device_plugin": "false",
                                              "mig_node_validate": "false"}, limit="gpu-a")
     assert first.recap["gpu-a"]["failed"] == 0, output(first)
+    # gpu-a converged, but its state label went missing: the converged pass puts it back (no batch).
+    kube_api.patch("Node", "gpu-a", {"metadata": {"labels": {STATE: None}}})
 
     site = fleet.run("playbooks/site.yml", {"gpuops_mig_serial": "1", "gpuops_mig_deploy_device_plugin": "false",
                                             "mig_node_validate": "false"})
@@ -247,7 +249,12 @@ def test_converged_nodes_never_wait_for_a_batch_and_the_summary_tells(kube_api, 
     assert all(again.recap[n]["changed"] == 0 and again.recap[n]["failed"] == 0
                for n in ("gpu-a", "gpu-b", "gpu-c")), output(again)
     assert _play_hosts(again.stdout, "Roll the MIG layout out") == set()
+    # Nothing to put right on a converged node: its preview was all it cost.
+    assert _play_hosts(again.stdout, "Finish the converged nodes") == set()
     assert "0 node(s) to change (none), 3 already converged." in again.stdout
+    assert all(kube_api.get("Node", n)["metadata"]["labels"][STATE] == "success" for n in ("gpu-a", "gpu-b", "gpu-c"))
+    rows = [line for line in again.stdout.splitlines() if line.strip().strip('",').startswith("gpu-")]
+    assert sum(1 for r in rows if "converged" in r) == 3, again.stdout[-3000:]
 
 
 def test_a_node_that_converged_after_the_preview_is_not_drained_in_its_batch(kube_api, kube_env, tmp_path):

@@ -57,3 +57,37 @@ def test_a_layout_that_cannot_be_applied_fails_here(sim_host, run_module, file_d
     result = run_module(mig_node_info, args)
     assert result["failed"] is True and message in result["msg"], result["msg"]
     assert file_digest(state) == before
+
+
+def test_without_a_layout_it_reads_the_host_only(sim_host, run_module):
+    sim_host("2xH100-SXM5-80GB")
+    info = run_module(mig_node_info, {})
+    assert info["facts"]["gpu_count"] == 2 and info["facts"]["mig_capable_count"] == 2
+    assert info["mode"] is info["geometry"] is info["change"] is info["planned"] is info["restore"] is None
+    assert info["container_toolkit"] is None
+
+
+def test_a_missing_driver_is_a_fact_when_asked(sim_host, run_module, monkeypatch, tmp_path):
+    sim_host("1xH100-SXM5-80GB")
+    failed = run_module(mig_node_info, {"layouts": LAYOUT, "driver_root": str(tmp_path / "nowhere")})
+    assert failed["failed"] is True and str(tmp_path / "nowhere") in failed["msg"]
+    info = run_module(mig_node_info, {"layouts": LAYOUT, "driver_root": str(tmp_path / "nowhere"),
+                                      "fail_on_missing_driver": False})
+    assert info.get("failed") is not True
+    assert info["facts"]["driver"]["present"] is False and str(tmp_path / "nowhere") in info["facts"]["driver"]["error"]
+    assert info["change"] is None and info["facts"]["gpus"] == []
+
+
+def test_container_toolkit_version_or_why_not(sim_host, run_module, tmp_path):
+    sim_host("1xH100-SXM5-80GB")
+    ctk = tmp_path / "ctk"
+    ctk.write_text("#!/bin/sh\necho 'NVIDIA Container Toolkit CLI version 1.17.8'\necho 'commit: abc'\n")
+    ctk.chmod(0o755)
+    info = run_module(mig_node_info, {"container_toolkit_command": "%s --version" % ctk})
+    assert info["container_toolkit"] == {"command": "%s --version" % ctk, "rc": 0, "version": "1.17.8", "error": None}
+    missing = run_module(mig_node_info, {"container_toolkit_command": str(tmp_path / "no-ctk") + " --version"})
+    assert missing["container_toolkit"]["version"] is None and missing["container_toolkit"]["rc"] is None
+    assert "No such file" in missing["container_toolkit"]["error"]
+    ctk.write_text("#!/bin/sh\necho 'broken' >&2\nexit 3\n")
+    broken = run_module(mig_node_info, {"container_toolkit_command": str(ctk)})
+    assert broken["container_toolkit"] == {"command": str(ctk), "rc": 3, "version": None, "error": "broken"}

@@ -241,3 +241,17 @@ def test_slices_compare_newest_generation():
               slice_(5, [dev("gpu", uuid="GPU-z")], node_name="other")]
     assert d.published_slices(slices, "gpu-1") == d.expected_slices(GPUS)
     assert d.published_slices([], "gpu-1") == {"mig": [], "gpus": []}
+
+
+def test_steady_work_says_what_a_converged_node_still_needs():
+    done = node({d.LABEL_CONFIG: "all-3g", d.LABEL_STATE: "success"})
+    assert d.decide(info(), done, None, settings())["steady_work"] == []
+    assert d.decide(info(), node(), None, settings())["steady_work"] == ["labels"]
+    assert d.decide(info(in_step=False), done, None, settings())["steady_work"] == ["restore"]
+    marked = node({d.LABEL_CONFIG: "all-3g", d.LABEL_STATE: "success"}, {"gpuops.mig/cordoned": "x"}, True)
+    assert d.decide(info(), marked, None, settings())["steady_work"] == ["uncordon"]
+    assert d.decide(info(), None, None, settings(kubernetes=False))["steady_work"] == []
+    # Takeover: mig-manager is switched off even on a converged node.
+    theirs = node({d.LABEL_CONFIG: "all-3g", d.LABEL_STATE: "success", d.LABEL_MIG_MANAGER: "true"})
+    out = d.decide(info(), theirs, d.operator_view([policy()], theirs), settings(operator_mode="takeover", strategy="single"))
+    assert "switch off mig-manager" in out["steady_work"]

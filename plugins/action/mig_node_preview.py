@@ -1,0 +1,244 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the gpuops.mig collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Action plugin for gpuops.mig.mig_node_preview (documentation: plugins/modules/mig_node_preview.py).
+
+One read of the node (gpuops.mig.mig_node_info), then on the controller: the preflight
+checks (plugin_utils/_preflight.py), where the layout comes from, and the decision
+(plugin_utils/_node_decision.py). A converged node costs this one module run.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from ansible.errors import AnsibleError
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_decision as node_decision
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _preflight as preflight
+
+ARGUMENT_SPEC = dict(
+    decide=dict(type="bool", default=True),
+    kubernetes=dict(type="bool", default=False),
+    k8s_node_name=dict(type="str"),
+    nodes=dict(type="list", elements="dict", default=[]),
+    cluster_policies=dict(type="list", elements="dict", default=[]),
+    daemonsets=dict(type="list", elements="dict", default=[]),
+    configmaps=dict(type="dict", default={}),
+    config=dict(type="raw"),
+    config_file=dict(type="str"),
+    layouts=dict(type="list", elements="dict"),
+    configmap=dict(type="str"),
+    configmap_namespace=dict(type="str"),
+    configmap_key=dict(type="str", default="config.yaml"),
+    plan=dict(type="dict"),
+    config_name=dict(type="str", default=""),
+    config_from_label=dict(type="bool", default=True),
+    allow_unmatched=dict(type="bool", default=False),
+    strategy=dict(type="str", default=""),
+    operator_mode=dict(type="str", default="auto"),
+    cordoned_annotation=dict(type="str", default="gpuops.mig/cordoned"),
+    reboot_method=dict(type="str", default="reboot", choices=["reboot", "command"]),
+    reboot_command=dict(type="str", default=""),
+    restore=dict(type="dict"),
+    driver_root=dict(type="str", default="auto"),
+    preflight=dict(type="dict", options=dict(
+        require_mig_capable=dict(type="bool", default=True),
+        min_driver_versions=dict(type="list", elements="dict", default=[]),
+        container_toolkit_command=dict(type="str", default=""),
+        container_toolkit_min_version=dict(type="str", default="0"),
+        install_nvml=dict(type="bool", default=False),
+        nvml_package=dict(type="str", default="nvidia-ml-py"),
+        pip_extra_args=dict(type="str", default=""),
+    )),
+)
+
+# The role variables each source comes from, in the order messages name them.
+SOURCES = (("config", "mig_node_config"), ("config_file", "mig_node_config_file"),
+           ("layouts", "mig_node_layouts"), ("configmap", "mig_node_config_configmap"))
+
+
+class Refused(Exception):
+    """The node must not be touched, or the settings are wrong; nothing was changed."""
+
+
+def sources_of(args):
+    """The layout sources set, by role variable name (a plan for this node wins over all of them)."""
+    if args["plan"] is not None:
+        return ["gpuops_mig_plan"]
+    return [name for key, name in SOURCES if args[key] not in (None, "", [], {})]
+
+
+def check_settings(host, args, sources):
+    if len(sources) > 1:
+        raise Refused("%s: declare the MIG layout with exactly one of mig_node_config (a mig-parted config), "
+                      "mig_node_config_file (a mig-parted file on the controller), mig_node_layouts (inline layouts) "
+                      "or mig_node_config_configmap (a ConfigMap in the cluster); found %s."
+                      % (host, ", ".join(sources)))
+    if args["reboot_method"] == "command" and not args["reboot_command"]:
+        raise Refused("%s: mig_node_reboot_method=command needs mig_node_reboot_command." % host)
+
+
+def pick_node(host, args):
+    """The host's Kubernetes Node object (None outside Kubernetes)."""
+    if not args["kubernetes"]:
+        return None
+    name = args["k8s_node_name"] or host
+    found = [n for n in args["nodes"] if n.get("metadata", {}).get("name") == name]
+    if len(found) != 1:
+        raise Refused("%s: no Kubernetes node named '%s'. Set mig_node_k8s_node_name to the node's name, or "
+                      "mig_node_kubernetes=false for a host outside Kubernetes." % (host, name))
+    return found[0]
+
+
+def config_names(config):
+    """The names under mig-configs of a mig-parted config (text or data); [] when it cannot be read here
+    (the module says what is wrong with it)."""
+    if isinstance(config, str):
+        try:
+            config = yaml.safe_load(config)
+        except yaml.YAMLError:
+            return []
+    configs = config.get("mig-configs") if isinstance(config, dict) else None
+    return list(configs) if isinstance(configs, dict) else []
+
+
+class ActionModule(ActionBase):
+
+    TRANSFERS_FILES = False
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super(ActionModule, self).run(tmp, task_vars)
+        dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        host = task_vars.get("inventory_hostname", "?")
+        result["changed"] = False
+        try:
+            if args["decide"]:
+                layout = self._layout(host, args, task_vars)
+                module_args = dict(layout["module_args"], restore=args["restore"])
+            else:
+                layout, module_args = None, {}
+            info = self._read(host, args, module_args, task_vars, result)
+            if info.get("ansible_facts"):      # interpreter discovery, kept for the host's later tasks
+                result["ansible_facts"] = info.pop("ansible_facts")
+            if info.get("failed"):
+                return dict(result, **info)
+            checks = args["preflight"]
+            if checks is not None or not info["facts"]["driver"]["present"]:
+                problems = preflight.problems(host, info["facts"], info.get("container_toolkit"), checks or {},
+                                              self._python(task_vars, result.get("ansible_facts")))
+                if problems:
+                    return dict(result, failed=True, msg=" ".join(problems), problems=problems, facts=info["facts"])
+            result["ready"] = preflight.ready(host, info["facts"], info.get("container_toolkit"))
+            result.update(facts=info["facts"], container_toolkit=info.get("container_toolkit"))
+            if layout is None:
+                result["msg"] = result["ready"]
+                return result
+            decision = node_decision.decide(info, layout["node"], layout["operator"], {
+                "host": host, "kubernetes": args["kubernetes"], "strategy": args["strategy"],
+                "operator_mode": args["operator_mode"], "source": layout["source_kind"],
+                "config_label": layout["config_label"], "cordoned_annotation": args["cordoned_annotation"]})
+        except (Refused, node_decision.DecisionError) as e:
+            return dict(result, failed=True, msg=str(e))
+        finally:
+            self._remove_tmp_path(self._connection._shell.tmpdir)
+        info.pop("facts", None)
+        result.update(layout, info=info, decision=decision, msg=decision["summary"])
+        result.pop("module_args")
+        return result
+
+    def _layout(self, host, args, task_vars):
+        """Settle where the layout comes from, the config name and the label that names it (nothing read
+        from the node yet)."""
+        sources = sources_of(args)
+        check_settings(host, args, sources)
+        node = pick_node(host, args)
+        labels = dict(((node or {}).get("metadata") or {}).get("labels") or {})
+        operator = node_decision.operator_view(args["cluster_policies"] if args["kubernetes"] else [], node,
+                                               args["daemonsets"])
+        if sources == ["mig_node_config_configmap"] or (not sources and operator["present"]):
+            kind = "configmap"
+        elif sources:
+            kind = sources[0]
+        else:
+            raise Refused("%s: declare the MIG layout with exactly one of mig_node_config (a mig-parted config), "
+                          "mig_node_config_file (a mig-parted file on the controller), mig_node_layouts (inline "
+                          "layouts) or mig_node_config_configmap (a ConfigMap in the cluster); none is set, and no "
+                          "GPU Operator was found whose config could be used." % host)
+        origin = None
+        if kind == "configmap":
+            candidates = [args["configmap"]] if args["configmap"] else operator["mig_manager"]["config_maps"]
+            namespace = args["configmap_namespace"] or operator.get("namespace") or "gpu-operator"
+            found = node_decision.config_from_configmaps(args["configmaps"].get(namespace) or [], candidates,
+                                                         namespace, args["configmap_key"], host)
+            if found["error"]:
+                raise Refused(found["error"])
+            module_args, origin = {"config": found["config"]}, found["origin"]
+        elif kind == "mig_node_config":
+            module_args = {"config": args["config"]}
+        elif kind == "mig_node_config_file":
+            module_args = {"config": self._read_file(args["config_file"])}
+        elif kind == "gpuops_mig_plan":
+            module_args, origin = {"layouts": args["plan"].get("layouts")}, "gpuops_mig_plan (plan.yml)"
+        else:
+            module_args = {"layouts": args["layouts"]}
+        name = args["config_name"]
+        if not name and args["config_from_label"] and kind not in ("mig_node_layouts", "gpuops_mig_plan"):
+            name = labels.get(node_decision.LABEL_CONFIG, "")
+        if kind == "gpuops_mig_plan":
+            label = args["plan"].get("config_label") or "planned"
+        elif name:
+            label = name
+        else:
+            names = config_names(module_args["config"]) if "config" in module_args else []
+            label = names[0] if len(names) == 1 else "custom"
+        if origin:
+            module_args["config_origin"] = origin
+        if name:
+            module_args["config_name"] = name
+        module_args["allow_unmatched"] = args["allow_unmatched"]
+        source = dict((k, v) for k, v in module_args.items() if k in ("config", "layouts"))
+        if origin:
+            source["origin"] = origin
+        return {"node": node, "labels": labels, "operator": operator, "source_kind": kind, "source": source,
+                "config_name": name, "config_label": label, "module_args": module_args}
+
+    def _read_file(self, path):
+        # As the file lookup finds it (the role's files/, the playbook's directory, or an absolute path);
+        # the module parses the text, so a key defined twice is refused rather than silently dropped.
+        try:
+            found = self._find_needle("files", path)
+            with open(found, "rb") as handle:
+                return handle.read().decode("utf-8")
+        except (AnsibleError, OSError, UnicodeDecodeError) as e:
+            raise Refused("mig_node_config_file %s cannot be read: %s" % (path, e))
+
+    def _read(self, host, args, module_args, task_vars, result):
+        """gpuops.mig.mig_node_info once; with nvidia-ml-py missing and preflight.install_nvml, pip installs it
+        and the node is read again."""
+        checks = args["preflight"] or {}
+        read_args = dict(module_args, driver_root=args["driver_root"], fail_on_missing_driver=False)
+        if checks.get("container_toolkit_command"):
+            read_args["container_toolkit_command"] = checks["container_toolkit_command"]
+        info = self._execute_module("gpuops.mig.mig_node_info", module_args=read_args, task_vars=task_vars)
+        if info.get("failed") or not (checks.get("install_nvml") and preflight.nvml_missing(info["facts"])):
+            return info
+        pip_args = {"name": checks.get("nvml_package") or "nvidia-ml-py"}
+        if checks.get("pip_extra_args"):
+            pip_args["extra_args"] = checks["pip_extra_args"]
+        pip = self._execute_module("ansible.builtin.pip", module_args=pip_args, task_vars=task_vars)
+        result["pip"] = pip
+        if pip.get("failed"):
+            return dict(pip, msg="%s: installing %s failed: %s" % (host, pip_args["name"], pip.get("msg", "")))
+        result["changed"] = bool(pip.get("changed"))
+        if pip.get("changed") and not self._task.check_mode:
+            info = self._execute_module("gpuops.mig.mig_node_info", module_args=read_args, task_vars=task_vars)
+        return info
+
+    def _python(self, task_vars, result_facts):
+        """The Python Ansible runs on the host, for the message about nvidia-ml-py."""
+        found = (result_facts or {}).get("discovered_interpreter_python") or task_vars.get("discovered_interpreter_python") or task_vars.get("ansible_python_interpreter")
+        return self._templar.template(found) if found else "python3"

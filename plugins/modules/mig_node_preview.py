@@ -1,0 +1,250 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the gpuops.mig collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: mig_node_preview
+short_description: Read a node once, check it can take part in a MIG rollout, and decide what the rollout does to it
+version_added: 0.2.0
+description:
+  - The read-only first step of the M(gpuops.mig.mig_node) role (and the whole of M(gpuops.mig.mig_preflight)),
+    as one task. It runs M(gpuops.mig.mig_node_info) on the node once, then decides on the controller, in Python:
+    the preflight checks (driver present and recent enough for every GPU model, MIG-capable GPUs,
+    C(nvidia-ml-py) importable, the NVIDIA Container Toolkit), where the layout comes from (inline, a mig-parted
+    config or file, a ConfigMap of the cluster, a plan from C(playbooks/plan.yml)), and the node's path:
+    V(converged), V(reconfigure) (the collection's modules change the GPUs) or V(mig-manager) (the GPU
+    Operator's mig-manager does).
+  - Nothing changes, except that with O(preflight.install_nvml=true) a missing C(nvidia-ml-py) is installed with
+    M(ansible.builtin.pip) and the node read again.
+  - Built for the roles; its messages name the role variables its options come from (C(mig_node_*),
+    C(mig_preflight_*)). The Kubernetes objects it decides on are read by the role once per batch with
+    M(kubernetes.core.k8s_info) and passed in.
+author:
+  - gpuops.mig contributors (@gpuops)
+extends_documentation_fragment:
+  - gpuops.mig._attributes
+attributes:
+  check_mode:
+    support: full
+    details: Read-only; the same in check mode (a pip install is only reported).
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+  action:
+    description: An action plugin on the controller that runs M(gpuops.mig.mig_node_info) on the node.
+    support: full
+options:
+  decide:
+    description: V(false) checks the node only (what M(gpuops.mig.mig_preflight) does); no layout is needed.
+    type: bool
+    default: true
+  kubernetes:
+    description: The host is a Kubernetes node (O(nodes) must hold it).
+    type: bool
+    default: false
+  k8s_node_name:
+    description: The host's Kubernetes node name. Defaults to the inventory hostname.
+    type: str
+  nodes:
+    description: The Kubernetes Node objects (from M(kubernetes.core.k8s_info), read once for the batch).
+    type: list
+    elements: dict
+    default: []
+  cluster_policies:
+    description: The GPU Operator's ClusterPolicy objects (none without the operator).
+    type: list
+    elements: dict
+    default: []
+  daemonsets:
+    description: The cluster's DaemonSets, where NVIDIA's DRA kubelet plugin is looked for.
+    type: list
+    elements: dict
+    default: []
+  configmaps:
+    description: The ConfigMap objects that may hold the MIG config, per namespace (C({namespace: [ConfigMap]})).
+    type: dict
+    default: {}
+  config:
+    description: A mig-parted config (text or data), from C(mig_node_config).
+    type: raw
+  config_file:
+    description: A mig-parted file on the controller (found as the file lookup finds it), from C(mig_node_config_file).
+    type: str
+  layouts:
+    description: Inline layouts, as M(gpuops.mig.mig_config) takes them, from C(mig_node_layouts).
+    type: list
+    elements: dict
+  configmap:
+    description: The ConfigMap that holds the config (else the GPU Operator's), from C(mig_node_config_configmap).
+    type: str
+  configmap_namespace:
+    description: Its namespace; defaults to the GPU Operator's namespace, else C(gpu-operator).
+    type: str
+  configmap_key:
+    description: The ConfigMap key that holds the config.
+    type: str
+    default: config.yaml
+  plan:
+    description: This node's entry of a plan from C(playbooks/plan.yml) (C(layouts), C(config_label)); it wins.
+    type: dict
+  config_name:
+    description: The config of a mig-parted config to apply; empty takes the node's C(nvidia.com/mig.config) label.
+    type: str
+    default: ""
+  config_from_label:
+    description: Take the config name from the node's C(nvidia.com/mig.config) label when O(config_name) is empty.
+    type: bool
+    default: true
+  allow_unmatched:
+    description: As M(gpuops.mig.mig_config)'s O(gpuops.mig.mig_config#module:allow_unmatched).
+    type: bool
+    default: false
+  strategy:
+    description: The declared MIG strategy (V(none), V(single), V(mixed)); empty takes the GPU Operator's, else V(mixed).
+    type: str
+    default: ""
+  operator_mode:
+    description: On a GPU Operator node, V(auto), V(mig-manager) or V(takeover) (see the M(gpuops.mig.mig_node) role).
+    type: str
+    default: auto
+  cordoned_annotation:
+    description: The annotation with which the collection marks a node it cordoned.
+    type: str
+    default: gpuops.mig/cordoned
+  reboot_method:
+    description: Checked here so that a bad setting stops the rollout before any change.
+    type: str
+    choices: [reboot, command]
+    default: reboot
+  reboot_command:
+    description: Must be set for O(reboot_method=command).
+    type: str
+    default: ""
+  restore:
+    description: The boot-time restore to compare with the installed one (M(gpuops.mig.mig_node_info)'s O(gpuops.mig.mig_node_info#module:restore)).
+    type: dict
+  driver_root:
+    description: Where the NVIDIA driver is (V(auto), V(/) or a driver container's root).
+    type: str
+    default: auto
+  preflight:
+    description: The preflight checks; left out, only a missing driver or C(nvidia-ml-py) fails the node.
+    type: dict
+    suboptions:
+      require_mig_capable:
+        description: Fail a node without MIG-capable GPUs.
+        type: bool
+        default: true
+      min_driver_versions:
+        description: The minimum driver per GPU model, C([{pattern, version}]); the first matching pattern applies.
+        type: list
+        elements: dict
+        default: []
+      container_toolkit_command:
+        description: Prints the NVIDIA Container Toolkit's version; empty skips the toolkit check.
+        type: str
+        default: ""
+      container_toolkit_min_version:
+        description: The oldest toolkit accepted.
+        type: str
+        default: "0"
+      install_nvml:
+        description: Install O(preflight.nvml_package) with pip when C(import pynvml) fails.
+        type: bool
+        default: false
+      nvml_package:
+        description: The pip requirement that provides C(pynvml).
+        type: str
+        default: nvidia-ml-py
+      pip_extra_args:
+        description: Extra pip arguments.
+        type: str
+        default: ""
+"""
+
+EXAMPLES = r"""
+- name: Check a GPU host, as the mig_preflight role does
+  gpuops.mig.mig_node_preview:
+    decide: false
+    preflight:
+      min_driver_versions: [{pattern: H100, version: 525.85.12}]
+  register: check
+
+- name: What would the rollout do to a host outside Kubernetes?
+  gpuops.mig.mig_node_preview:
+    layouts:
+      - gpus: all
+        devices: {3g.40gb: 2}
+  register: preview
+
+- name: Say it
+  ansible.builtin.debug:
+    msg: "{{ preview.decision.path }}: {{ preview.msg }}"
+"""
+
+RETURN = r"""
+msg:
+  description: The decision in one sentence (with O(decide=false), the preflight's line).
+  returned: success
+  type: str
+ready:
+  description: The preflight's line, for example C(gpu-1 driver 570.124.06, 2 MIG-capable GPU(s) of 2 (NVIDIA H100 80GB HBM3).).
+  returned: success
+  type: str
+facts:
+  description: The driver and GPUs, as M(gpuops.mig.mig_facts) reports them (without profiles).
+  returned: always
+  type: dict
+container_toolkit:
+  description: The toolkit check's result (M(gpuops.mig.mig_node_info)'s RV(gpuops.mig.mig_node_info#module:container_toolkit)).
+  returned: success
+  type: dict
+problems:
+  description: Why the node cannot take part, one message each.
+  returned: failure
+  type: list
+  elements: str
+decision:
+  description:
+    - The path (C(path)), the MIG mode and geometry changes, the strategy and operator mode, the labels a converged
+      node still needs (C(converged_labels)), what a converged node still has to put right (C(steady_work)), and
+      a C(summary). See C(plugins/plugin_utils/_node_decision.py).
+  returned: success and O(decide=true)
+  type: dict
+info:
+  description: M(gpuops.mig.mig_node_info)'s result without RV(facts).
+  returned: success and O(decide=true)
+  type: dict
+source:
+  description: The layout as the modules take it (C(config) or C(layouts), and C(origin) when it has one).
+  returned: success and O(decide=true)
+  type: dict
+source_kind:
+  description: Where the layout came from (C(mig_node_config), C(mig_node_config_file), C(mig_node_layouts), C(configmap), C(gpuops_mig_plan)).
+  returned: success and O(decide=true)
+  type: str
+config_name:
+  description: The config name applied (empty for inline layouts).
+  returned: success and O(decide=true)
+  type: str
+config_label:
+  description: The name the node's C(nvidia.com/mig.config) label gets.
+  returned: success and O(decide=true)
+  type: str
+node:
+  description: The Kubernetes Node object (null outside Kubernetes).
+  returned: success and O(decide=true)
+  type: dict
+labels:
+  description: The node's labels.
+  returned: success and O(decide=true)
+  type: dict
+operator:
+  description: What the GPU Operator manages on the node (C(present) false without it), and NVIDIA's DRA driver (C(dra)).
+  returned: success and O(decide=true)
+  type: dict
+"""

@@ -1,0 +1,35 @@
+"""The rollout's per-node report and fleet summary (plugins/plugin_utils/_rollout_report.py)."""
+
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _rollout_report as r
+
+CONVERGED = {"path": "converged"}
+RECONFIGURE = {"path": "reconfigure"}
+
+
+def test_node_report_counts_devices_modes_and_reboots():
+    mode = {"gpus": [{"changed": True}, {"changed": False}]}
+    geometry = {"gpus": [{"plan": {"destroyed_devices": 2, "created_devices": 7}}, {"plan": None}]}
+    row = r.node_report(RECONFIGURE, mode, geometry, rebooted=True)
+    assert row == {"outcome": "changed", "path": "reconfigure", "mode_changes": 1, "destroyed": 2, "created": 7,
+                   "reboots": 1, "seconds": None}
+    assert r.node_report(CONVERGED)["outcome"] == "converged"
+    assert r.node_report(RECONFIGURE, outcome="failed")["outcome"] == "failed"
+
+
+def test_seconds_since_a_start():
+    assert r.node_report(CONVERGED, started="2020-01-01T00:00:00+00:00")["seconds"] > 0
+    assert r.node_report(CONVERGED, started="not a time")["seconds"] is None
+
+
+def test_summary_converged_by_preview_alone_and_nodes_not_reached():
+    reports = {"gpu-1": r.node_report(RECONFIGURE, outcome="failed"), "gpu-2": {}}
+    decisions = {"gpu-2": CONVERGED, "gpu-3": RECONFIGURE}
+    out = r.fleet_summary(reports, ["gpu-3", "gpu-2", "gpu-1", "gpu-4"], decisions)
+    assert [(row["node"], row["outcome"], row["path"]) for row in out["nodes"]] == [
+        ("gpu-1", "failed", "reconfigure"), ("gpu-2", "converged", "converged"),
+        ("gpu-3", "not done", "reconfigure"), ("gpu-4", "not done", None)]
+    assert out["totals"] == {"failed": 1, "converged": 1, "not done": 2}
+    assert out["table"][0].split() == ["node", "outcome", "path", "mode", "changes", "destroyed", "created", "reboots",
+                                       "seconds"]
+    assert out["table"][3].split()[:4] == ["gpu-3", "not", "done", "reconfigure"]
+    assert r.fleet_summary({}, [])["table"] == [r.table([])[0]]
