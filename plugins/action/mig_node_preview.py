@@ -240,5 +240,6 @@ class ActionModule(ActionBase):
 
     def _python(self, task_vars, result_facts):
         """The Python Ansible runs on the host, for the message about nvidia-ml-py."""
-        found = (result_facts or {}).get("discovered_interpreter_python") or task_vars.get("discovered_interpreter_python") or task_vars.get("ansible_python_interpreter")
+        found = (result_facts or {}).get("discovered_interpreter_python") \
+            or task_vars.get("discovered_interpreter_python") or task_vars.get("ansible_python_interpreter")
         return self._templar.template(found) if found else "python3"

@@ -11,10 +11,10 @@ short_description: Read a node once, check it can take part in a MIG rollout, an
 version_added: 0.2.0
 description:
   - The read-only first step of the M(gpuops.mig.mig_node) role (and the whole of M(gpuops.mig.mig_preflight)),
-    as one task. It runs M(gpuops.mig.mig_node_info) on the node once, then decides on the controller, in Python:
+    as one task. It runs M(gpuops.mig.mig_node_info) on the node once, then decides on the controller, in Python,
     the preflight checks (driver present and recent enough for every GPU model, MIG-capable GPUs,
     C(nvidia-ml-py) importable, the NVIDIA Container Toolkit), where the layout comes from (inline, a mig-parted
-    config or file, a ConfigMap of the cluster, a plan from C(playbooks/plan.yml)), and the node's path:
+    config or file, a ConfigMap of the cluster, a plan from C(playbooks/plan.yml)), and the node's path,
     V(converged), V(reconfigure) (the collection's modules change the GPUs) or V(mig-manager) (the GPU
     Operator's mig-manager does).
   - Nothing changes, except that with O(preflight.install_nvml=true) a missing C(nvidia-ml-py) is installed with
@@ -65,7 +65,7 @@ options:
     elements: dict
     default: []
   configmaps:
-    description: The ConfigMap objects that may hold the MIG config, per namespace (C({namespace: [ConfigMap]})).
+    description: The ConfigMap objects that may hold the MIG config, per namespace (a dict of namespace to list of ConfigMaps).
     type: dict
     default: {}
   config:
@@ -140,7 +140,7 @@ options:
         type: bool
         default: true
       min_driver_versions:
-        description: The minimum driver per GPU model, C([{pattern, version}]); the first matching pattern applies.
+        description: The minimum driver per GPU model, a list of C(pattern) and C(version); the first matching pattern applies.
         type: list
         elements: dict
         default: []
