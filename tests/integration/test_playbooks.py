@@ -35,8 +35,12 @@ def test_canary_failure_stops_the_rollout_then_report_then_disable(kube_api, kub
     assert fleet.digest("gpu-good") == good_before
     node = kube_api.get("Node", "gpu-good")
     assert STATE not in node["metadata"]["labels"] and not node["spec"].get("unschedulable")
-    assert "Roll the MIG layout out" in site.stdout and "gpu-good" not in site.stdout.split(
-        "PLAY [Roll the MIG layout out")[1].split("PLAY RECAP")[0]
+    assert "Roll the MIG layout out" in site.stdout and _play_hosts(site.stdout, "Roll the MIG layout out") == {"gpu-bad"}
+    # The rollout stopped, and still says where every node stands (the last play never ran).
+    assert "PLAY [Summarize the rollout]" not in site.stdout
+    rows = [line.strip().strip('",').split() for line in site.stdout.split("Summarize the rollout as it stops")[1].splitlines()
+            if line.strip().strip('",').startswith("gpu-")]
+    assert ["gpu-bad", "failed", "reconfigure"] == rows[0][:3] and ["gpu-good", "not", "done", "reconfigure"] == rows[1][:4], rows
 
     # The fleet report: a table and a JSON file.
     report = tmp_path / "report.json"
