@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Run the rollout (playbooks/site.yml) against the test bed and report what happened, as JSON.
 
-    rollout.py run [--vars FILE]... [-e JSON]... [--limit HOSTS] [--runner DIR] [--log FILE]
+    rollout.py run [--vars FILE]... [-e JSON]... [--limit HOSTS] [--runner DIR] [--log FILE] [--playbook FILE]
     rollout.py measure [--vars FILE]... [-e JSON]... [--log FILE]
     rollout.py ping
 
@@ -14,6 +14,8 @@ whose extra vars arrive as strings, as survey answers do. It prints one JSON
 object: rc, seconds, per-host stats, and per host the tasks that changed, that
 ran (not skipped) and that failed (with their message). The exit status is 0
 whatever the rollout's outcome, so callers can assert on expected failures.
+`--playbook` runs another playbook of the collection the same way (the plan
+scenario runs playbooks/plan.yml with it); site.yml is the default.
 
 `measure` is the figure in docs/testbed.md: a bare `ansible -m ping` sweep of the
 same hosts, then a converged re-run of the rollout; it prints both wall times,
@@ -92,10 +94,10 @@ def run_logged(cmd, env, log=None, append=False):
 
 # ----- ansible-playbook -------------------------------------------------------------------------
 
-def run_playbook(extra_vars, limit=None, log=None):
+def run_playbook(extra_vars, limit=None, log=None, playbook=SITE):
     env = ansible_env()
     env["ANSIBLE_STDOUT_CALLBACK"] = "ansible.posix.json"
-    cmd = [os.path.join(BIN, "ansible-playbook"), "-i", INVENTORY, SITE, "-e", json.dumps(extra_vars)]
+    cmd = [os.path.join(BIN, "ansible-playbook"), "-i", INVENTORY, playbook, "-e", json.dumps(extra_vars)]
     if limit:
         cmd += ["--limit", limit]
     proc, seconds = run_logged(cmd, env, log)
@@ -226,6 +228,7 @@ def main(argv=None):
         if name == "run":
             sub.add_argument("--limit")
             sub.add_argument("--runner", metavar="DIR", help="run through ansible-runner with this private data dir")
+            sub.add_argument("--playbook", default=SITE, help="the playbook to run (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.command == "ping":
         json.dump({"seconds": ping_sweep()}, sys.stdout)
@@ -237,7 +240,7 @@ def main(argv=None):
     elif args.runner:
         result = run_runner(extra_vars, args.runner, args.limit, args.log)
     else:
-        result = run_playbook(extra_vars, args.limit, args.log)
+        result = run_playbook(extra_vars, args.limit, args.log, os.path.abspath(args.playbook))
     json.dump(result, sys.stdout, indent=1, sort_keys=True)
     sys.stdout.write("\n")
     return 0
