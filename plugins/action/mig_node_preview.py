@@ -118,7 +118,9 @@ class ActionModule(ActionBase):
         try:
             if args["decide"]:
                 layout = self._layout(host, args, task_vars)
-                module_args = dict(layout["module_args"], restore=args["restore"])
+                module_args = dict(layout["module_args"])
+                if module_args:
+                    module_args["restore"] = args["restore"]
             else:
                 layout, module_args = None, {}
             info = self._read(host, args, module_args, task_vars, result)
@@ -182,7 +184,9 @@ class ActionModule(ActionBase):
         elif kind == "mig_node_config_file":
             module_args = {"config": self._read_file(args["config_file"])}
         elif kind == "gpuops_mig_plan":
-            module_args, origin = {"layouts": args["plan"].get("layouts")}, "gpuops_mig_plan (plan.yml)"
+            # No layouts: the plan leaves the node as it is (no MIG-capable GPU); it is only read.
+            planned = args["plan"].get("layouts") or None
+            module_args, origin = ({"layouts": planned} if planned else {}), "gpuops_mig_plan (plan.yml)"
         else:
             module_args = {"layouts": args["layouts"]}
         name = args["config_name"]
@@ -195,11 +199,12 @@ class ActionModule(ActionBase):
         else:
             names = config_names(module_args["config"]) if "config" in module_args else []
             label = names[0] if len(names) == 1 else "custom"
-        if origin:
-            module_args["config_origin"] = origin
-        if name:
-            module_args["config_name"] = name
-        module_args["allow_unmatched"] = args["allow_unmatched"]
+        if module_args:       # else there is no layout to apply: the node is only read
+            if origin:
+                module_args["config_origin"] = origin
+            if name:
+                module_args["config_name"] = name
+            module_args["allow_unmatched"] = args["allow_unmatched"]
         source = dict((k, v) for k, v in module_args.items() if k in ("config", "layouts"))
         if origin:
             source["origin"] = origin

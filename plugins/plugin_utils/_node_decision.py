@@ -219,6 +219,8 @@ def decide(info, node, operator, settings):
     """
     host = settings["host"]
     operator = operator or {"present": False}
+    if info.get("change") is None:
+        return left_alone(node, operator, settings)
     refuse_dynamic_mig(operator, host)
     settings = dict(settings, strategy=effective_strategy(settings.get("strategy"), operator, host),
                     mode=operator_mode(settings.get("operator_mode"), operator, settings.get("source"), host))
@@ -258,6 +260,21 @@ def decide(info, node, operator, settings):
         ("uncordon", decision["cordoned_earlier"] and path == "converged")) if due]
     decision["summary"] = _summary(host, settings["config_label"], decision)
     return decision
+
+
+def left_alone(node, operator, settings):
+    """The decision for a node with no layout to apply (a plan that leaves a node without MIG-capable GPUs as
+    it is): converged, no labels, no boot-time restore; only a cordon an earlier failed run left is lifted."""
+    host = settings["host"]
+    cordoned = settings.get("cordoned_annotation", "") in _annotations(node)
+    return {
+        "path": "converged", "mode_change": False, "geometry_change": False, "wants_mig": False,
+        "operator_mode": "none", "strategy": effective_strategy(settings.get("strategy"), operator, host),
+        "switch_off_mig_manager": False, "persist": False, "restore_in_step": True,
+        "cordoned_earlier": cordoned, "unschedulable": bool(((node or {}).get("spec") or {}).get("unschedulable")),
+        "converged_labels": {}, "steady_work": ["uncordon"] if cordoned else [],
+        "summary": "%s: the plan leaves this node as it is (no MIG layout for its GPUs): nothing to do." % host,
+    }
 
 
 def _summary(host, label, decision):

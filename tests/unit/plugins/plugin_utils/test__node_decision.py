@@ -255,3 +255,17 @@ def test_steady_work_says_what_a_converged_node_still_needs():
     theirs = node({d.LABEL_CONFIG: "all-3g", d.LABEL_STATE: "success", d.LABEL_MIG_MANAGER: "true"})
     out = d.decide(info(), theirs, d.operator_view([policy()], theirs), settings(operator_mode="takeover", strategy="single"))
     assert "switch off mig-manager" in out["steady_work"]
+
+
+def test_a_node_with_no_layout_to_apply_is_left_alone():
+    """A plan that leaves a node without MIG-capable GPUs as it is: mig_node_info read it without a layout."""
+    unread = {"change": None, "wants_mig": None, "planned": None, "restore": None}
+    out = d.decide(unread, node(), None, settings(source="gpuops_mig_plan"))
+    assert out["path"] == "converged" and out["converged_labels"] == {} and out["steady_work"] == []
+    assert out["persist"] is False and out["wants_mig"] is False and out["strategy"] == "mixed"
+    assert out["summary"] == "gpu-1: the plan leaves this node as it is (no MIG layout for its GPUs): nothing to do."
+    marked = node(annotations={"gpuops.mig/cordoned": "x"}, unschedulable=True)
+    assert d.decide(unread, marked, None, settings(source="gpuops_mig_plan"))["steady_work"] == ["uncordon"]
+    # Even where mig-manager runs: nothing is applied, so nothing is fought over.
+    theirs = node({d.LABEL_MIG_MANAGER: "true"})
+    assert d.decide(unread, theirs, d.operator_view([policy()], theirs), settings(source="gpuops_mig_plan"))["path"] == "converged"
