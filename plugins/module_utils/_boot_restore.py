@@ -89,7 +89,7 @@ def _loader_source(name):
 
 def _collection_imports(source):
     names = []
-    for node in ast.walk(ast.parse(source)):
+    for node in _statements(ast.parse(source).body):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PACKAGE):
             if node.module == PACKAGE:
                 names.extend("%s.%s" % (PACKAGE, alias.name) for alias in node.names)
@@ -98,6 +98,19 @@ def _collection_imports(source):
         elif isinstance(node, ast.Import):
             names.extend(alias.name for alias in node.names if alias.name.startswith(PACKAGE + "."))
     return names
+
+
+def _statements(nodes):
+    """Every statement, nested ones included; imports are statements, so expressions (most of a tree,
+    and most of the time ast.walk takes: every node read pays for this) need no visit."""
+    for node in nodes:
+        yield node
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            children = getattr(node, field, None)
+            if isinstance(children, list):
+                yield from _statements(children)
+        for case in getattr(node, "cases", None) or ():
+            yield from _statements(case.body)
 
 
 def launcher(python, engine_dir):
