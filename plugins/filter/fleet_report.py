@@ -6,20 +6,12 @@
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
-
+from ansible_collections.gpuops.mig.plugins.plugin_utils._filter_errors import as_filter
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _fleet_report as fleet_report
 
 
 def _wrap(function):
-    def run(*args, **kwargs):
-        try:
-            return function(*args, **kwargs)
-        except fleet_report.ReportError as e:
-            raise AnsibleFilterError(str(e))
-    run.__name__ = function.__name__
-    run.__doc__ = function.__doc__
-    return run
+    return as_filter(function, fleet_report.ReportError)
 
 
 class FilterModule(object):

@@ -6,21 +6,13 @@
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
-
+from ansible_collections.gpuops.mig.plugins.plugin_utils._filter_errors import as_filter
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_decision as decision
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _rollout_report as rollout_report
 
 
 def _wrap(function):
-    def run(*args, **kwargs):
-        try:
-            return function(*args, **kwargs)
-        except decision.DecisionError as e:
-            raise AnsibleFilterError(str(e))
-    run.__name__ = function.__name__
-    run.__doc__ = function.__doc__
-    return run
+    return as_filter(function, decision.DecisionError)
 
 
 def node_decision(info, node, operator, settings):
