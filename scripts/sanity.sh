@@ -11,6 +11,8 @@ dest=.build/sanity/ansible_collections/gpuops/mig
 rm -rf .build/sanity
 mkdir -p "$dest"
 git ls-files -co --exclude-standard -z | xargs -0 -I{} cp --parents {} "$dest"/ 2>/dev/null || true
+# Dependencies beside it, where ansible-test looks for them (doc fragments, module_utils).
+cp -rL .build/collections/ansible_collections/kubernetes .build/sanity/ansible_collections/
 # ansible-test only looks at files git knows about when a .git is present.
 (cd "$dest" && git init -q && git add -A)
 

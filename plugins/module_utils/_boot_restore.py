@@ -6,10 +6,10 @@
 
 GPU instances never survive a reboot, and from Hopper on neither does MIG mode.
 The gpuops.mig.mig_boot_restore module installs, on a node, a copy of this
-engine (this file and the modules it imports, found by reading the imports:
-bundle()), a small launcher script, the desired state and a systemd unit that
-runs ``main()`` at boot: before kubelet and the GPU clients when the driver is
-the host's, once the driver container is up when it is the GPU Operator's.
+engine (this file and the modules it imports: ENGINE_MODULES), a small
+launcher script, the desired state and a systemd unit that runs ``main()`` at
+boot: before kubelet and the GPU clients when the driver is the host's, once
+the driver container is up when it is the GPU Operator's.
 
 Private to the collection; no Ansible imports.
 
@@ -34,7 +34,6 @@ The desired-state file is JSON: {"format": 1, "config": {...mig-parted v1...} or
 from __future__ import annotations
 
 import argparse
-import ast
 import hashlib
 import json
 import os
@@ -59,22 +58,23 @@ EXIT_OK, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_PENDING = 0, 1, 2, 3
 
 # -- what is installed -------------------------------------------------------------
 
-def engine_sources(entry=ENTRY, read_source=None):
-    """{dotted module name: source} of `entry` and every collection module_utils it imports, transitively.
+# The engine: this file and every collection module_utils it imports, transitively. A list
+# rather than found from the imports at run time (ast, about 25 ms), because every node read
+# (gpuops.mig.mig_node_info) derives the restore's stamp from these sources;
+# tests/unit/plugins/module_utils/test__boot_restore.py keeps it equal to what the imports say.
+ENGINE_MODULES = tuple("%s.%s" % (PACKAGE, name) for name in (
+    "_boot_restore", "_errors", "_gpu_layout", "_gpu_selection", "_host_layout", "_host_mode", "_migparted",
+    "_nvml"))
 
-    Found by reading the import statements (ast), so the set follows the code;
+
+def engine_sources(read_source=None):
+    """{dotted module name: source} of the engine (ENGINE_MODULES).
+
     read_source(name) returns a module's source (default: through its loader, which
     also works inside a module's AnsiballZ payload).
     """
     read_source = read_source or _loader_source
-    found, queue = {}, [entry]
-    while queue:
-        name = queue.pop()
-        if name in found:
-            continue
-        found[name] = read_source(name)
-        queue.extend(_collection_imports(found[name]))
-    return found
+    return dict((name, read_source(name)) for name in ENGINE_MODULES)
 
 
 def _loader_source(name):
@@ -85,32 +85,6 @@ def _loader_source(name):
         with open(module.__file__) as handle:
             source = handle.read()
     return source
-
-
-def _collection_imports(source):
-    names = []
-    for node in _statements(ast.parse(source).body):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PACKAGE):
-            if node.module == PACKAGE:
-                names.extend("%s.%s" % (PACKAGE, alias.name) for alias in node.names)
-            else:
-                names.append(node.module)
-        elif isinstance(node, ast.Import):
-            names.extend(alias.name for alias in node.names if alias.name.startswith(PACKAGE + "."))
-    return names
-
-
-def _statements(nodes):
-    """Every statement, nested ones included; imports are statements, so expressions (most of a tree,
-    and most of the time ast.walk takes: every node read pays for this) need no visit."""
-    for node in nodes:
-        yield node
-        for field in ("body", "orelse", "finalbody", "handlers"):
-            children = getattr(node, field, None)
-            if isinstance(children, list):
-                yield from _statements(children)
-        for case in getattr(node, "cases", None) or ():
-            yield from _statements(case.body)
 
 
 def launcher(python, engine_dir):

@@ -20,11 +20,6 @@ from dataclasses import dataclass
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError
 from ansible_collections.gpuops.mig.plugins.module_utils._gpu_layout import PinnedGi
 
-try:
-    import yaml
-except ImportError:  # pragma: no cover - exercised only where PyYAML is missing
-    yaml = None
-
 __all__ = [
     "ConfigError",
     "ConfigEntry",
@@ -190,11 +185,15 @@ def load_config(source, origin="mig-parted config"):
 
 
 def _load_yaml(text, origin):
-    if yaml is None:
+    # PyYAML is imported only here: a config given as a mapping (every node read of a rollout)
+    # does not pay for importing it.
+    try:
+        import yaml
+    except ImportError:  # pragma: no cover - exercised only where PyYAML is missing
         raise ConfigError("%s: reading YAML needs the PyYAML Python package on this host "
                           "(or pass the config as a mapping)" % origin)
     try:
-        data = yaml.load(text, Loader=_StrictLoader)
+        data = yaml.load(text, Loader=_strict_loader(yaml))
     except yaml.YAMLError as err:
         raise ConfigError("%s: not valid YAML: %s" % (origin, err))
     if data is None:
@@ -202,11 +201,18 @@ def _load_yaml(text, origin):
     return data
 
 
-if yaml is not None:
-    class _StrictLoader(yaml.SafeLoader):
-        """SafeLoader that refuses duplicate keys instead of keeping the last one silently."""
+_STRICT_LOADER = []
 
-    def _construct_unique_mapping(loader, node, deep=False):
+
+def _strict_loader(yaml):
+    """A SafeLoader that refuses duplicate keys instead of keeping the last one silently."""
+    if _STRICT_LOADER:
+        return _STRICT_LOADER[0]
+
+    class StrictLoader(yaml.SafeLoader):
+        pass
+
+    def construct_unique_mapping(loader, node, deep=False):
         loader.flatten_mapping(node)
         seen = set()
         for key_node, _value in node.value:
@@ -225,7 +231,9 @@ if yaml is not None:
                 pass
         return loader.construct_mapping(node, deep)
 
-    _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+    StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_unique_mapping)
+    _STRICT_LOADER.append(StrictLoader)
+    return StrictLoader
 
 
 def _parse_entry(entry, where):

@@ -11,6 +11,8 @@ Facts about the GPU Operator: reference gpu-operator.md sections 2 to 6.
 
 from __future__ import annotations
 
+from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import is_dra_kubelet_plugin
+
 LABEL_CONFIG = "nvidia.com/mig.config"
 LABEL_STATE = "nvidia.com/mig.config.state"
 LABEL_DEPLOY = "nvidia.com/gpu.deploy."
@@ -19,7 +21,6 @@ PAUSED = "paused-for-mig-change"
 DEFAULT_OPERATOR_CONFIG = "default-mig-parted-config"
 STRATEGIES = ("none", "single", "mixed")
 OPERATOR_MODES = ("auto", "mig-manager", "takeover")
-DRA_APP = "dra-driver-nvidia-gpu"
 
 
 class DecisionError(Exception):
@@ -69,12 +70,11 @@ def operator_view(policies, node=None, daemonsets=()):
 def dra_view(daemonsets, node_labels):
     """NVIDIA's DRA kubelet plugin on this node (by its DaemonSet's nodeSelector), and its DynamicMIG gate."""
     for ds in daemonsets or ():
-        template = ((ds.get("spec") or {}).get("template") or {})
+        if not is_dra_kubelet_plugin(ds):
+            continue
+        template = (ds.get("spec") or {}).get("template") or {}
         pod_labels = (template.get("metadata") or {}).get("labels") or {}
         name = ds["metadata"]["name"]
-        if pod_labels.get("app.kubernetes.io/name") != DRA_APP and not name.endswith("dra-driver-kubelet-plugin") \
-                and not (DRA_APP in name and name.endswith("kubelet-plugin")):
-            continue
         spec = template.get("spec") or {}
         selector = spec.get("nodeSelector") or {}
         if any(node_labels.get(k) != v for k, v in selector.items()):

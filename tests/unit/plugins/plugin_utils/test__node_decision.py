@@ -3,6 +3,7 @@
 import pytest
 
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_decision as d
+from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import DRA_APP
 
 
 def node(labels=None, annotations=None, unschedulable=False, name="gpu-1"):
@@ -59,7 +60,7 @@ def test_generated_config_maps_are_tried_before_the_default():
 def dra_ds(gates=None, selector=None, args=None):
     env = [{"name": "FEATURE_GATES", "value": gates}] if gates else []
     return {"metadata": {"name": "dra-driver-nvidia-gpu-kubelet-plugin", "namespace": "dra"},
-            "spec": {"template": {"metadata": {"labels": {"app.kubernetes.io/name": d.DRA_APP}},
+            "spec": {"template": {"metadata": {"labels": {"app.kubernetes.io/name": DRA_APP}},
                                   "spec": {"nodeSelector": selector or {},
                                            "containers": [{"name": "gpus", "env": env, "args": args or []}]}}}}
 

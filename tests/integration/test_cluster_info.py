@@ -1,0 +1,58 @@
+"""gpuops.mig.mig_cluster_info against the Kubernetes API emulator, through kubernetes.core's client:
+one module run reads what the rollout decides on, trimmed to what it needs."""
+
+import pytest
+
+from tests.integration.test_kubeapi import run_tasks
+from tests.support.kubeapi import seed
+
+pytestmark = pytest.mark.playbook
+
+GPU = {"nvidia.com/gpu.present": "true"}
+
+
+def configmap(name, namespace, data):
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}, "data": data}
+
+
+def test_without_the_gpu_operator(kube_api, kube_env, tmp_path):
+    gpu = seed.node("gpu-1", GPU)
+    gpu["metadata"]["managedFields"] = [{"manager": "kubelet", "operation": "Update"}]
+    kube_api.seed(gpu, seed.node("cpu-1"), seed.daemonset("logs"), seed.namespace("mig-configs"),
+                  configmap("fleet-mig", "mig-configs", {"config.yaml": "version: v1\n"}))
+    results = run_tasks([
+        {"name": "plain", "gpuops.mig.mig_cluster_info": {"configmap_namespaces": ["mig-configs"]}},
+        {"name": "status", "gpuops.mig.mig_cluster_info": {"operator": False, "node_status": True}},
+        {"name": "nothing", "gpuops.mig.mig_cluster_info": {"operator": False, "nodes": False}},
+    ], kube_env, tmp_path)
+    plain = results["plain"]
+    assert plain["changed"] is False
+    # No ClusterPolicy CRD: an empty list, not an error. The logs DaemonSet is not NVIDIA's DRA plugin.
+    assert plain["cluster_policies"] == [] and plain["daemonsets"] == []
+    assert plain["operator_namespace"] == "gpu-operator"
+    assert sorted(n["metadata"]["name"] for n in plain["nodes"]) == ["cpu-1", "gpu-1"]
+    [node] = [n for n in plain["nodes"] if n["metadata"]["name"] == "gpu-1"]
+    assert node["metadata"]["labels"]["nvidia.com/gpu.present"] == "true" and "status" not in node and "managedFields" not in node["metadata"]
+    assert list(plain["configmaps"]) == ["mig-configs"]
+    assert [c["metadata"]["name"] for c in plain["configmaps"]["mig-configs"]] == ["fleet-mig"]
+    assert all("status" in n for n in results["status"]["nodes"])
+    assert results["status"]["cluster_policies"] == [] and results["status"]["configmaps"] == {}
+    assert results["nothing"]["nodes"] == []
+
+
+def test_with_the_gpu_operator_and_the_dra_driver(kube_api, kube_env, tmp_path):
+    kube_api.seed(seed.node("gpu-1", GPU), seed.daemonset("logs"), *seed.gpu_operator(), *seed.dra_driver())
+    results = run_tasks([
+        # "" stands for the operator's namespace, which is read anyway once a ClusterPolicy is found.
+        {"name": "read", "gpuops.mig.mig_cluster_info": {"configmap_namespaces": [""]}},
+        {"name": "no operator", "gpuops.mig.mig_cluster_info": {"operator": False}},
+    ], kube_env, tmp_path)
+    read = results["read"]
+    assert [p["metadata"]["name"] for p in read["cluster_policies"]] == ["cluster-policy"]
+    assert read["cluster_policies"][0]["status"]["namespace"] == read["operator_namespace"] == "gpu-operator"
+    assert [(d["metadata"]["namespace"], d["metadata"]["name"]) for d in read["daemonsets"]] == [
+        ("nvidia-dra-driver-gpu", "dra-driver-nvidia-gpu-kubelet-plugin")]
+    assert list(read["configmaps"]) == ["gpu-operator"]
+    assert "default-mig-parted-config" in [c["metadata"]["name"] for c in read["configmaps"]["gpu-operator"]]
+    # Without the operator's part nothing of it is read, its ConfigMaps included.
+    assert results["no operator"]["cluster_policies"] == [] and results["no operator"]["configmaps"] == {}
