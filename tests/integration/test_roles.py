@@ -316,6 +316,41 @@ def test_node_check_mode_changes_nothing(kube_api, kube_env, tmp_path):
     assert not (fleet.dir / "node-e").exists()
 
 
+def test_preview_reads_a_configmap_named_in_play_vars_and_checks_the_role_variables(kube_api, kube_env, tmp_path):
+    """The batch's one cluster read covers a ConfigMap named by play vars (which other hosts' hostvars do not
+    show), and the preview checks the role variables against the role's argument spec itself (site.yml
+    imports it with rolespec_validate false)."""
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet.add("node-g", "1xH100-SXM5-80GB")
+    kube_api.seed(seed.namespace("mig-configs"), {
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fleet-mig", "namespace": "mig-configs"},
+        "data": {"config.yaml": "version: v1\nmig-configs:\n  half: [{devices: all, mig-enabled: true, "
+                                "mig-devices: {3g.40gb: 2}}]\n"}})
+    playbook = tmp_path / "preview.yml"
+
+    def preview(play_vars):
+        playbook.write_text(yaml.safe_dump([{
+            "name": "Preview", "hosts": "all", "gather_facts": False, "environment": "{{ gpuops_mig_environment }}",
+            "vars": dict({"mig_node_config_configmap": "fleet-mig", "mig_node_config_configmap_namespace": "mig-configs",
+                          "mig_node_config_name": "half"}, **play_vars),
+            "tasks": [{"ansible.builtin.import_role": {"name": "gpuops.mig.mig_node", "tasks_from": "preview",
+                                                       "rolespec_validate": False}},
+                      {"ansible.builtin.debug": {"msg": "SOURCE {{ __mig_node_preview.source.origin }}: {{ __mig_node_preview.msg }}"}}]}]))
+        return fleet.run(str(playbook))
+
+    proc = preview({})
+    assert proc.returncode == 0, output(proc)
+    assert "SOURCE ConfigMap mig-configs/fleet-mig (key config.yaml)" in proc.stdout, output(proc)
+    assert "layout 'half' is not in place" in proc.stdout
+
+    before = fleet.digest("node-g")
+    proc = preview({"mig_node_drain_timeout": "soon"})
+    assert proc.returncode != 0
+    assert "node-g: the mig_node role's variables are wrong, nothing was changed: argument " \
+           "'mig_node_drain_timeout' is of type str" in proc.stdout, output(proc)
+    assert fleet.digest("node-g") == before
+
+
 # --------------------------------------------------------------------------------------------------
 # mig_preflight
 # --------------------------------------------------------------------------------------------------
