@@ -212,6 +212,50 @@ def test_a_config_file_that_defines_a_name_twice_is_refused_before_any_change(ku
     assert STATE not in node["metadata"]["labels"] and not node["spec"].get("unschedulable")
 
 
+
+def test_a_tolerated_failure_lets_the_batch_finish_and_one_beyond_it_stops_with_the_summary(kube_api, kube_env, tmp_path):
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    bad = fleet.add("gpu-bad", "1xA30-24GB", mig_node_layouts=[{"gpus": "all", "devices": {"2g.12gb": 2}}])
+    for name in ("gpu-a", "gpu-b"):
+        fleet.add(name, "1xA30-24GB", mig_node_layouts=[{"gpus": "all", "devices": {"1g.6gb": 4}}])
+    sim.add_fault(bad, "nvmlDeviceCreateGpuInstanceWithPlacement", "INSUFFICIENT_RESOURCES", sticky=True)
+    fast = {"gpuops_mig_serial": "3", "mig_node_drain_retry_delay": "1", "mig_node_validate_delay": "1",
+            "gpuops_mig_deploy_device_plugin": "false", "mig_node_validate": "false"}
+
+    # One of three fails, 33 % of the batch: beyond a 20 % tolerance. The other two finish their workflow, the
+    # rollout stops (the last play never runs) and the summary says where each node stands.
+    site = fleet.run("playbooks/site.yml", dict(fast, gpuops_mig_max_fail_percentage="20"))
+    assert site.returncode != 0 and site.recap["gpu-bad"]["failed"] == 1, output(site)
+    assert "PLAY [Summarize the rollout]" not in site.stdout
+    assert [r[:2] for r in _summary_rows(site.stdout, "Summarize the rollout as it stops")] == [
+        ["gpu-a", "changed"], ["gpu-b", "changed"], ["gpu-bad", "failed"]], output(site)
+
+    # gpu-a and gpu-b change again, gpu-bad fails again: 33 % is within a 50 % tolerance, so the rollout goes on
+    # to its last play, which prints the summary; nothing is summarized as stopping.
+    for name in ("gpu-a", "gpu-b"):
+        fleet.hosts[name]["mig_node_layouts"] = [{"gpus": "all", "devices": {"1g.6gb": 2, "2g.12gb": 1}}]
+    site = fleet.run("playbooks/site.yml", dict(fast, gpuops_mig_max_fail_percentage="50"))
+    assert site.recap["gpu-bad"]["failed"] == 1 and site.recap["gpu-a"]["failed"] == 0, output(site)
+    assert "PLAY [Summarize the rollout]" in site.stdout, output(site)
+    stop = site.stdout.split("TASK [Summarize the rollout as it stops]")[1].split("TASK [")[0]
+    assert "skipping" in stop and "included" not in stop, stop
+    assert [r[:2] for r in _summary_rows(site.stdout, "PLAY [Summarize the rollout]")] == [
+        ["gpu-a", "changed"], ["gpu-b", "changed"], ["gpu-bad", "failed"]], output(site)
+
+    # Only gpu-bad changes now and fails: its whole batch failed, which ends the playbook whatever the
+    # tolerance (Ansible's rule), so the summary comes as it stops.
+    site = fleet.run("playbooks/site.yml", dict(fast, gpuops_mig_max_fail_percentage="100"))
+    assert site.returncode != 0 and "PLAY [Summarize the rollout]" not in site.stdout, output(site)
+    assert [r[:2] for r in _summary_rows(site.stdout, "Summarize the rollout as it stops")] == [
+        ["gpu-a", "converged"], ["gpu-b", "converged"], ["gpu-bad", "failed"]], output(site)
+
+
+def _summary_rows(stdout, after):
+    """The summary table's rows (split into cells) printed after the text ``after``."""
+    text = stdout.split(after, 1)[1].split("PLAY RECAP", 1)[0]
+    return [line.strip().strip('",').split() for line in text.splitlines() if line.strip().strip('",').startswith("gpu-")]
+
+
 def _play_hosts(stdout, play):
     """The hosts that ran any task in the play whose name starts with ``play``."""
     hosts = set()
