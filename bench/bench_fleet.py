@@ -7,13 +7,15 @@
 Hosts are simulated GPU hosts with connection local (examples/simulated-fleet's
 group_vars), registered as nodes of the Kubernetes API emulator, as in the
 integration tests. For each N, in one run: a bare `ansible -m ping` of the hosts,
-the first rollout (every node changes), and a converged re-run; the ratios of
-the rollout and the re-run to ping, and the controller's peak RSS during the
-converged re-run (getrusage of the children: the largest single process, i.e.
-ansible-playbook itself, not the sum over its forks).
+the first rollout (every node changes), a converged re-run, and with --drift K a
+rollout after K nodes were given another layout (the other N - K are converged:
+they should cost their preview only, not batches); the ratios of the rollout and
+the re-run to ping, and the controller's peak RSS during the converged re-run
+(getrusage of the children: the largest single process, i.e. ansible-playbook
+itself, not the sum over its forks).
 
 Usage (from the repository root, after scripts/setup.sh):
-    .venv/bin/python bench/bench_fleet.py [--hosts 8,32,64] [--serial 25%] [--forks 16] [--write-docs] [--profile]
+    .venv/bin/python bench/bench_fleet.py [--hosts 8,32,64] [--serial 25%] [--forks 16] [--drift 4] [--write-docs] [--profile]
 
 --write-docs replaces the results section of docs/rollout.md.
 """
@@ -40,6 +42,7 @@ from tests.support.kubeapi import KubeAPI  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
 LAYOUT = [{"gpus": "all", "devices": {"3g.40gb": 2}}]
+DRIFTED = [{"gpus": "all", "devices": {"2g.20gb": 3}}]
 DOCS = os.path.join(REPO, "docs", "rollout.md")
 MARK_BEGIN = "<!-- bench_fleet results begin -->"
 MARK_END = "<!-- bench_fleet results end -->"
@@ -65,7 +68,7 @@ def timed(cmd, env):
     return seconds, max(peak, before) / 1024.0, proc
 
 
-def measure(hosts, serial, forks, profile=False):
+def measure(hosts, serial, forks, profile=False, drift=0):
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
         tmp = pathlib.Path(tmp)
         (tmp / "scratch").mkdir()
@@ -90,26 +93,40 @@ def measure(hosts, serial, forks, profile=False):
                 print(proc.stdout[proc.stdout.rfind("PLAY RECAP"):], flush=True)
             if not re.search(r"changed=0 ", proc.stdout) or re.search(r"changed=[1-9]", proc.stdout):
                 raise SystemExit("the re-run changed something:\n" + proc.stdout[-3000:])
+            drifted = None
+            if drift:
+                for i in range(min(drift, hosts)):
+                    fleet.hosts["gpu-%03d" % i]["mig_node_layouts"] = DRIFTED
+                fleet.inventory()   # rewritten in place
+                drifted, _rss, proc = timed(site + extra, dict(fleet.env))
+                changed = set(re.findall(r"^(gpu-\d+) +: .*changed=[1-9]", proc.stdout, flags=re.M))
+                if len(changed) != min(drift, hosts):
+                    raise SystemExit("expected %d node(s) to change, %d did" % (min(drift, hosts), len(changed)))
         finally:
             api.stop()
-    return {"hosts": hosts, "ping": ping, "first": first, "converged": again, "rss": rss}
+    return {"hosts": hosts, "ping": ping, "first": first, "converged": again, "rss": rss, "drift": drift,
+            "drifted": drifted}
 
 
 def table(rows, serial, forks):
-    lines = ["| hosts | ping | first rollout | converged re-run | converged / ping | first / ping |",
-             "|---|---|---|---|---|---|"]
+    drift = rows[0].get("drift") if rows else 0
+    head = "| hosts | ping | first rollout | converged re-run | converged / ping | first / ping |"
+    lines = [head + (" %d drifted, the rest converged |" % drift if drift else ""),
+             "|---|---|---|---|---|---|" + ("---|" if drift else "")]
     for r in rows:
         lines.append("| %d | %.1f s | %.1f s | %.1f s | %.2f | %.1f |" % (
-            r["hosts"], r["ping"], r["first"], r["converged"], r["converged"] / r["ping"], r["first"] / r["ping"]))
+            r["hosts"], r["ping"], r["first"], r["converged"], r["converged"] / r["ping"], r["first"] / r["ping"])
+            + (" %.1f s |" % r["drifted"] if drift else ""))
     lines.append("")
     lines.append("Peak RSS of the controller's largest process (ansible-playbook) during the converged re-run: "
                  + ", ".join("%d hosts %.0f MiB" % (r["hosts"], r["rss"]) for r in rows) + ".")
     lines.append("")
     lines.append("Measured %s on %s, Python %s, %d CPU(s); `gpuops_mig_serial=%s`, forks %d, one H100 per host "
                  "(layout `3g.40gb: 2`), device-plugin validation off. Command: "
-                 "`.venv/bin/python bench/bench_fleet.py --hosts %s --serial %s --forks %d --write-docs`."
+                 "`.venv/bin/python bench/bench_fleet.py --hosts %s --serial %s --forks %d%s --write-docs`."
                  % (time.strftime("%Y-%m-%d"), platform.platform(terse=True), platform.python_version(),
-                    os.cpu_count() or 0, serial, forks, ",".join(str(r["hosts"]) for r in rows), serial, forks))
+                    os.cpu_count() or 0, serial, forks, ",".join(str(r["hosts"]) for r in rows), serial, forks,
+                    " --drift %d" % drift if drift else ""))
     return "\n".join(lines)
 
 
@@ -130,14 +147,17 @@ def main():
     parser.add_argument("--hosts", default="8,32,64")
     parser.add_argument("--serial", default="25%")
     parser.add_argument("--forks", type=int, default=16)
+    parser.add_argument("--drift", type=int, default=0, metavar="K",
+                        help="then give K nodes another layout and time the rollout (the rest stay converged)")
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument("--profile", action="store_true", help="print the converged re-run's slowest tasks")
     args = parser.parse_args()
     rows = []
     for hosts in [int(h) for h in args.hosts.split(",")]:
-        row = measure(hosts, args.serial, args.forks, args.profile)
+        row = measure(hosts, args.serial, args.forks, args.profile, args.drift)
         print("%(hosts)d hosts: ping %(ping).1f s, first %(first).1f s, converged %(converged).1f s, "
-              "peak RSS %(rss).0f MiB" % row, flush=True)
+              "peak RSS %(rss).0f MiB" % row + (", %d drifted %.1f s" % (row["drift"], row["drifted"]) if row["drift"] else ""),
+              flush=True)
         rows.append(row)
     text = table(rows, args.serial, args.forks)
     print(text)

@@ -212,7 +212,6 @@ def test_a_config_file_that_defines_a_name_twice_is_refused_before_any_change(ku
     assert STATE not in node["metadata"]["labels"] and not node["spec"].get("unschedulable")
 
 
-
 def test_a_tolerated_failure_lets_the_batch_finish_and_one_beyond_it_stops_with_the_summary(kube_api, kube_env, tmp_path):
     fleet = Fleet(tmp_path, kube_api, kube_env)
     bad = fleet.add("gpu-bad", "1xA30-24GB", mig_node_layouts=[{"gpus": "all", "devices": {"2g.12gb": 2}}])
