@@ -82,18 +82,18 @@ EXAMPLES = r"""
 
 RETURN = r"""
 cluster_policies:
-  description: The ClusterPolicy objects (C(nvidia.com/v1)); empty without O(operator) or without the CRD.
-  returned: always
+  description: The ClusterPolicy objects (C(nvidia.com/v1)); empty without the CRD.
+  returned: with O(operator)
   type: list
   elements: dict
 daemonsets:
-  description: The DaemonSets of NVIDIA's DRA kubelet plugin, in any namespace; empty without O(operator).
-  returned: always
+  description: The DaemonSets of NVIDIA's DRA kubelet plugin, in any namespace.
+  returned: with O(operator)
   type: list
   elements: dict
 nodes:
-  description: The Node objects (C(status) only with O(node_status)); empty without O(nodes).
-  returned: always
+  description: The Node objects (C(status) only with O(node_status)).
+  returned: with O(nodes)
   type: list
   elements: dict
 configmaps:
@@ -152,15 +152,17 @@ def read(service, params):
     def find(kind, api_version, namespace=None, keep_status=True):
         return [trimmed(obj, keep_status) for obj in service.find(kind, api_version, namespace=namespace)["resources"]]
 
-    result = dict(cluster_policies=[], daemonsets=[], nodes=[], configmaps={})
+    # What was not read is left out rather than returned empty: no ClusterPolicy read is not "no GPU Operator"
+    # (site.yml then reads it itself before deciding whether to deploy a device plugin).
+    result = dict(configmaps={})
     if params["operator"]:
         result["cluster_policies"] = find("ClusterPolicy", "nvidia.com/v1")
         result["daemonsets"] = [ds for ds in find("DaemonSet", "apps/v1", keep_status=False) if is_dra_kubelet_plugin(ds)]
     if params["nodes"]:
         result["nodes"] = find("Node", "v1", keep_status=params["node_status"])
-    result["operator_namespace"] = operator_namespace(result["cluster_policies"])
-    for namespace in configmap_namespaces(params["configmap_namespaces"], result["cluster_policies"],
-                                          result["operator_namespace"]):
+    policies = result.get("cluster_policies") or []
+    result["operator_namespace"] = operator_namespace(policies)
+    for namespace in configmap_namespaces(params["configmap_namespaces"], policies, result["operator_namespace"]):
         result["configmaps"][namespace] = find("ConfigMap", "v1", namespace)
     return result
 
