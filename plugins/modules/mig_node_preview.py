@@ -21,7 +21,11 @@ description:
     M(ansible.builtin.pip) and the node read again.
   - Built for the roles; its messages name the role variables its options come from (C(mig_node_*),
     C(mig_preflight_*)). The Kubernetes objects it decides on are read by the role once per batch with
-    M(kubernetes.core.k8s_info) and passed in.
+    M(gpuops.mig.mig_cluster_info) and passed in.
+  - As a task of a role with C(meta/argument_specs.yml), it first checks the role's variables against the
+    role's argument spec (entry point C(main)), as Ansible's own role validation does, and fails naming the
+    host when one is wrong. A play can then import the role with C(rolespec_validate=false) and spare every
+    node that separate task, as C(playbooks/site.yml) does.
 author:
   - gpuops.mig contributors (@gpuops)
 extends_documentation_fragment:
