@@ -31,6 +31,7 @@ class FilterModule(object):
             "mig_config_from_configmaps": decision.config_from_configmaps,
             "mig_node_report": rollout_report.node_report,
             "mig_fleet_summary": rollout_report.fleet_summary,
+            "mig_batch_stops": rollout_report.batch_stops,
             "mig_expected_advertisement": _wrap(decision.expected_advertisement),
             "mig_advertised": _wrap(decision.advertised),
             "mig_expected_slices": _wrap(decision.expected_slices),

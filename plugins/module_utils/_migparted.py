@@ -13,6 +13,7 @@ from __future__ import annotations
 #
 # The schema follows mig-parted v0.15.0 (api/spec/v1): see docs/planner.md.
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -201,13 +202,9 @@ def _load_yaml(text, origin):
     return data
 
 
-_STRICT_LOADER = []
-
-
+@functools.lru_cache(maxsize=None)
 def _strict_loader(yaml):
-    """A SafeLoader that refuses duplicate keys instead of keeping the last one silently."""
-    if _STRICT_LOADER:
-        return _STRICT_LOADER[0]
+    """A SafeLoader that refuses duplicate keys instead of keeping the last one silently (made once)."""
 
     class StrictLoader(yaml.SafeLoader):
         pass
@@ -232,7 +229,6 @@ def _strict_loader(yaml):
         return loader.construct_mapping(node, deep)
 
     StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_unique_mapping)
-    _STRICT_LOADER.append(StrictLoader)
     return StrictLoader
 
 

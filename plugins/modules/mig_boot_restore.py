@@ -14,9 +14,9 @@ description:
     on the managed host, what brings them back at boot without Ansible; a oneshot systemd unit
     C(gpuops-mig-restore.service) runs a launcher that uses a copy of the collection's own engine (the code
     M(gpuops.mig.mig_mode) and M(gpuops.mig.mig_config) run) with the declared layout.
-  - The engine files are the restore's module and every collection module it imports (a list a unit test keeps
-    equal to the imports); they travel inside this module's own payload, so the whole installation is one transfer. Each file is written only when
-    its content differs, and C(changed) says whether anything was written, enabled or removed.
+  - The engine files are the restore's module and every collection module it imports (a list a unit test
+    keeps equal to the imports); they travel inside this module's own payload, so the whole installation is
+    one transfer. Each file is written only when its content differs, and C(changed) says whether anything was written, enabled or removed.
   - Everything installed is covered by one checksum kept in the desired-state file, so M(gpuops.mig.mig_node_info)
     can tell whether the restore is in step by reading one file.
   - With the host's own driver the unit runs before kubelet and the GPU clients. With a driver under a driver

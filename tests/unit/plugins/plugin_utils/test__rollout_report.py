@@ -1,5 +1,7 @@
 """The rollout's per-node report and fleet summary (plugins/plugin_utils/_rollout_report.py)."""
 
+import pytest
+
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _rollout_report as r
 
 CONVERGED = {"path": "converged"}
@@ -33,3 +35,16 @@ def test_summary_converged_by_preview_alone_and_nodes_not_reached():
                                        "seconds"]
     assert out["table"][3].split()[:4] == ["gpu-3", "not", "done", "reconfigure"]
     assert r.fleet_summary({}, [])["table"] == [r.table([])[0]]
+
+
+@pytest.mark.parametrize("failed, size, tolerance, stops", [
+    (0, 3, 0, False),
+    (1, 3, 0, True),        # no failure tolerated (the default)
+    (1, 3, 20, True),       # 33 % beyond 20 %
+    (1, 3, 50, False),      # 33 % within 50 %
+    (1, 2, 50, False),      # exactly the tolerance: Ansible stops only beyond it
+    (1, 1, 100, True),      # the whole batch failed: the playbook ends whatever the tolerance
+    ("2", "4", "49.5", True),   # survey answers arrive as strings
+])
+def test_batch_stops_follows_ansibles_rule(failed, size, tolerance, stops):
+    assert r.batch_stops(failed, size, tolerance) is stops
