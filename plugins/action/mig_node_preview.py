@@ -24,6 +24,7 @@ from ansible_collections.gpuops.mig.plugins.plugin_utils import _preflight as pr
 
 ARGUMENT_SPEC = dict(
     decide=dict(type="bool", default=True),
+    role_variables=dict(type="bool", default=False),
     kubernetes=dict(type="bool", default=False),
     k8s_node_name=dict(type="str"),
     nodes=dict(type="list", elements="dict", default=[]),
@@ -58,6 +59,27 @@ ARGUMENT_SPEC = dict(
     )),
 )
 
+# With role_variables, the options that come from the mig_node role's variables (as its argument spec types
+# them), unless the task gives them: one templating of the role's variables per node, where passing ~25 templated
+# arguments cost a converged node more than its decision. Empty strings are "not set", as the option's default.
+ROLE_OPTIONS = (
+    ("kubernetes", "mig_node_kubernetes"), ("k8s_node_name", "mig_node_k8s_node_name"),
+    ("config", "mig_node_config"), ("config_file", "mig_node_config_file"), ("layouts", "mig_node_layouts"),
+    ("configmap", "mig_node_config_configmap"), ("configmap_namespace", "mig_node_config_configmap_namespace"),
+    ("configmap_key", "mig_node_config_configmap_key"), ("config_name", "mig_node_config_name"),
+    ("config_from_label", "mig_node_config_from_label"), ("allow_unmatched", "mig_node_allow_unmatched"),
+    ("strategy", "mig_node_mig_strategy"), ("operator_mode", "mig_node_operator_mode"),
+    ("reboot_method", "mig_node_reboot_method"), ("reboot_command", "mig_node_reboot_command"),
+    ("driver_root", "mig_node_driver_root"),
+)
+# The boot-time restore (option restore), when mig_node_persist is true.
+RESTORE_OPTIONS = (
+    ("reset", "mig_node_reset_gpus"), ("before", "mig_node_persist_unit_before"),
+    ("python", "mig_node_persist_python"), ("root", "mig_node_persist_root"),
+    ("config_dir", "mig_node_persist_config_dir"), ("lib_dir", "mig_node_persist_lib_dir"),
+    ("script", "mig_node_persist_script"), ("unit_dir", "mig_node_persist_unit_dir"),
+)
+
 # The role variables each source comes from, in the order messages name them.
 SOURCES = (("config", "mig_node_config"), ("config_file", "mig_node_config_file"),
            ("layouts", "mig_node_layouts"), ("configmap", "mig_node_config_configmap"))
@@ -72,6 +94,23 @@ def sources_of(args):
     if args["plan"] is not None:
         return ["gpuops_mig_plan"]
     return [name for key, name in SOURCES if args[key] not in (None, "", [], {})]
+
+
+def options_from_role(args, role_vars, given):
+    """args with every option of ROLE_OPTIONS (and restore) that the task did not give (given: the task's own
+    argument names) taken from the mig_node role's checked variables."""
+    args = dict(args)
+    for option, name in ROLE_OPTIONS:
+        if option in given or name not in role_vars:
+            continue
+        value = role_vars[name]
+        if value in (None, "", [], {}):
+            value = ARGUMENT_SPEC[option].get("default")
+        args[option] = value
+    if "restore" not in given and role_vars.get("mig_node_persist"):
+        args["restore"] = dict((option, role_vars.get(name)) for option, name in RESTORE_OPTIONS)
+        args["restore"]["python"] = args["restore"]["python"] or None
+    return args
 
 
 def check_settings(host, args, sources):
@@ -119,7 +158,11 @@ class ActionModule(ActionBase):
         host = task_vars.get("inventory_hostname", "?")
         result["changed"] = False
         try:
-            self._check_role_variables(host, task_vars)
+            role_vars = self._check_role_variables(host, task_vars)
+            if args["role_variables"]:
+                if role_vars is None or "mig_node_kubernetes" not in role_vars:
+                    raise Refused("%s: role_variables needs the task to run in the gpuops.mig.mig_node role." % host)
+                args = options_from_role(args, role_vars, self._task.args)
             if args["decide"]:
                 layout = self._layout(host, args, task_vars)
                 module_args = dict(layout["module_args"])
@@ -159,19 +202,21 @@ class ActionModule(ActionBase):
     def _check_role_variables(self, host, task_vars):
         """The variables of the role this task runs in, against the role's argument spec (entry point main),
         as Ansible's own validation task would check them. Here, in the one task a node's preview costs,
-        playbooks/site.yml can import the role with rolespec_validate false and spare every node a task."""
+        playbooks/site.yml can import the role with rolespec_validate false and spare every node a task.
+        Returns them checked and typed (None where the role has no argument spec)."""
         role_path = task_vars.get("role_path")
         path = os.path.join(role_path or "", "meta", "argument_specs.yml")
         if not role_path or not os.path.exists(path):
-            return
+            return None
         with open(path) as handle:   # plain data: libyaml's loader where PyYAML has it (most of the cost otherwise)
             specs = (yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}).get("argument_specs") or {}
         spec = (specs.get("main") or {}).get("options") or {}
         values = self._templar.template(dict((name, task_vars[name]) for name in spec if name in task_vars))
-        errors = ArgumentSpecValidator(spec).validate(values, validate_role_argument_spec=True).error_messages
-        if errors:
+        checked = ArgumentSpecValidator(spec).validate(values, validate_role_argument_spec=True)
+        if checked.error_messages:
             raise Refused("%s: the %s role's variables are wrong, nothing was changed: %s"
-                          % (host, task_vars.get("role_name", "?"), "; ".join(errors)))
+                          % (host, task_vars.get("role_name", "?"), "; ".join(checked.error_messages)))
+        return checked.validated_parameters
 
     def _layout(self, host, args, task_vars):
         """Settle where the layout comes from, the config name and the label that names it (nothing read

@@ -46,6 +46,21 @@ options:
     description: V(false) checks the node only (what M(gpuops.mig.mig_preflight) does); no layout is needed.
     type: bool
     default: true
+  role_variables:
+    description:
+      - Take every setting below that the task does not give from the variables of the M(gpuops.mig.mig_node) role
+        the task runs in, as the role's argument spec checks and types them (C(mig_node_kubernetes),
+        C(mig_node_k8s_node_name), C(mig_node_config), C(mig_node_config_file), C(mig_node_layouts),
+        C(mig_node_config_configmap), C(mig_node_config_configmap_namespace), C(mig_node_config_configmap_key),
+        C(mig_node_config_name), C(mig_node_config_from_label), C(mig_node_allow_unmatched),
+        C(mig_node_mig_strategy), C(mig_node_operator_mode), C(mig_node_reboot_method), C(mig_node_reboot_command),
+        C(mig_node_driver_root), and O(restore) from C(mig_node_persist*) and C(mig_node_reset_gpus)); an empty
+        string counts as not set.
+      - The role's own task uses it: the role's variables are templated once per node, for the check and the
+        settings together.
+      - Fails outside the M(gpuops.mig.mig_node) role.
+    type: bool
+    default: false
   kubernetes:
     description: The host is a Kubernetes node (O(nodes) must hold it).
     type: bool

@@ -47,3 +47,44 @@ def test_pick_node_by_name():
 ])
 def test_config_names(config, names):
     assert a.config_names(config) == names
+
+
+def role_vars(**kw):
+    """The mig_node role's variables as the argument spec check returns them (typed, every option present)."""
+    base = dict(mig_node_kubernetes=True, mig_node_k8s_node_name="node-1", mig_node_config={}, mig_node_config_file="",
+                mig_node_layouts=[{"gpus": "all", "devices": {"3g.40gb": 2}}], mig_node_config_configmap="",
+                mig_node_config_configmap_namespace="", mig_node_config_configmap_key="config.yaml",
+                mig_node_config_name="", mig_node_config_from_label=True, mig_node_allow_unmatched=False,
+                mig_node_mig_strategy="mixed", mig_node_operator_mode="auto", mig_node_reboot_method="command",
+                mig_node_reboot_command="systemctl reboot", mig_node_driver_root="auto", mig_node_persist=True,
+                mig_node_reset_gpus=True, mig_node_persist_unit_before=["kubelet.service"], mig_node_persist_python="",
+                mig_node_persist_root="/srv/root", mig_node_persist_config_dir="/etc/gpuops-mig",
+                mig_node_persist_lib_dir="/usr/local/lib/gpuops-mig", mig_node_persist_script="/usr/local/sbin/x",
+                mig_node_persist_unit_dir="/etc/systemd/system")
+    base.update(kw)
+    return base
+
+
+def defaults():
+    return dict((name, spec.get("default")) for name, spec in a.ARGUMENT_SPEC.items())
+
+
+def test_options_come_from_the_role_variables_where_the_task_gives_none():
+    got = a.options_from_role(defaults(), role_vars(), given={"role_variables": True, "nodes": []})
+    assert got["kubernetes"] is True and got["k8s_node_name"] == "node-1"
+    assert got["layouts"] == [{"gpus": "all", "devices": {"3g.40gb": 2}}]
+    # Empty role variables are "not set": the sources check sees one source, not four.
+    assert (got["config"], got["config_file"], got["configmap"], got["configmap_namespace"]) == (None, None, None, None)
+    assert a.sources_of(got) == ["mig_node_layouts"]
+    assert (got["config_name"], got["strategy"], got["reboot_method"]) == ("", "mixed", "command")
+    assert got["restore"] == {"reset": True, "before": ["kubelet.service"], "python": None, "root": "/srv/root",
+                              "config_dir": "/etc/gpuops-mig", "lib_dir": "/usr/local/lib/gpuops-mig",
+                              "script": "/usr/local/sbin/x", "unit_dir": "/etc/systemd/system"}
+
+
+def test_options_the_task_gives_win_and_no_persist_means_no_restore():
+    base = dict(defaults(), kubernetes=False, layouts=[{"gpus": "0"}])
+    got = a.options_from_role(base, role_vars(mig_node_persist=False, mig_node_config_name="half"),
+                              given={"kubernetes": False, "layouts": [{"gpus": "0"}]})
+    assert got["kubernetes"] is False and got["layouts"] == [{"gpus": "0"}]
+    assert got["config_name"] == "half" and got["restore"] is None
