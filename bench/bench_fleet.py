@@ -6,7 +6,11 @@
 
 Hosts are simulated GPU hosts with connection local (examples/simulated-fleet's
 group_vars), registered as nodes of the Kubernetes API emulator, as in the
-integration tests. For each N, in one run: a bare `ansible -m ping` of the hosts,
+integration tests. Each host carries its simulation wiring (the environment that
+points it at its simulated GPUs) as plain values: the example's templated wiring
+(lookups and chained variables) costs every task on every host about 25 ms of
+templating that no real inventory has, and the bare ping has no environment at
+all. --example-wiring keeps the example's templates. For each N, in one run: a bare `ansible -m ping` of the hosts,
 the first rollout (every node changes), a converged re-run, and with --drift K a
 rollout after K nodes were given another layout (the other N - K are converged:
 they should cost their preview only, not batches); the ratios of the rollout and
@@ -15,7 +19,8 @@ the re-run to ping, and the controller's peak RSS during the converged re-run
 itself, not the sum over its forks).
 
 Usage (from the repository root, after scripts/setup.sh):
-    .venv/bin/python bench/bench_fleet.py [--hosts 8,32,64] [--serial 25%] [--forks 16] [--drift 4] [--write-docs] [--profile]
+    .venv/bin/python bench/bench_fleet.py [--hosts 8,32,64] [--serial 25%] [--forks 16] [--drift 4] [--write-docs]
+        [--profile] [--example-wiring]
 
 --write-docs replaces the results section of docs/rollout.md.
 """
@@ -68,7 +73,22 @@ def timed(cmd, env):
     return seconds, max(peak, before) / 1024.0, proc
 
 
-def measure(hosts, serial, forks, profile=False, drift=0):
+def plain_wiring(fleet, name):
+    """What examples/simulated-fleet/group_vars/all/simulation.yml templates for the host, as plain values."""
+    state, root = fleet.state_path(name), str(fleet.dir / name)
+    return {
+        "ansible_python_interpreter": sys.executable,
+        "gpuops_mig_environment": {
+            "GPUOPS_MIG_SIMULATE": state,
+            "PATH": os.pathsep.join([os.path.join(REPO, "tools", "sim-bin"), BIN, fleet.env["PATH"]]),
+            "SYSTEMD_UNIT_PATH": os.path.join(root, "etc", "systemd", "system"),
+        },
+        "mig_node_persist_root": root,
+        "mig_node_reboot_boot_time_command": "%s boot-id %s" % (os.path.join(REPO, "tools", "mig-sim"), state),
+    }
+
+
+def measure(hosts, serial, forks, profile=False, drift=0, example_wiring=False):
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
         tmp = pathlib.Path(tmp)
         (tmp / "scratch").mkdir()
@@ -78,7 +98,9 @@ def measure(hosts, serial, forks, profile=False, drift=0):
             fleet = Fleet(tmp, api, kube_env(api, tmp / "scratch"))
             fleet.env["ANSIBLE_FORKS"] = str(forks)
             for i in range(hosts):
-                fleet.add("gpu-%03d" % i, "1xH100-SXM5-80GB", mig_node_layouts=LAYOUT)
+                name = "gpu-%03d" % i
+                fleet.add(name, "1xH100-SXM5-80GB", mig_node_layouts=LAYOUT,
+                          **({} if example_wiring else plain_wiring(fleet, name)))
             inventory = fleet.inventory()
             extra = ["-e", '{"gpuops_mig_serial": "%s", "gpuops_mig_deploy_device_plugin": false, '
                            '"mig_node_validate": false}' % serial]
@@ -98,18 +120,21 @@ def measure(hosts, serial, forks, profile=False, drift=0):
                 for i in range(min(drift, hosts)):
                     fleet.hosts["gpu-%03d" % i]["mig_node_layouts"] = DRIFTED
                 fleet.inventory()   # rewritten in place
-                drifted, _rss, proc = timed(site + extra, dict(fleet.env))
+                drifted, _rss, proc = timed(site + extra, env)
+                if profile:
+                    print(proc.stdout[proc.stdout.rfind("PLAY RECAP"):], flush=True)
                 changed = set(re.findall(r"^(gpu-\d+) +: .*changed=[1-9]", proc.stdout, flags=re.M))
                 if len(changed) != min(drift, hosts):
                     raise SystemExit("expected %d node(s) to change, %d did" % (min(drift, hosts), len(changed)))
         finally:
             api.stop()
     return {"hosts": hosts, "ping": ping, "first": first, "converged": again, "rss": rss, "drift": drift,
-            "drifted": drifted}
+            "drifted": drifted, "example_wiring": example_wiring}
 
 
 def table(rows, serial, forks):
     drift = rows[0].get("drift") if rows else 0
+    example = rows[0].get("example_wiring") if rows else False
     head = "| hosts | ping | first rollout | converged re-run | converged / ping | first / ping |"
     lines = [head + (" %d drifted, the rest converged |" % drift if drift else ""),
              "|---|---|---|---|---|---|" + ("---|" if drift else "")]
@@ -122,11 +147,13 @@ def table(rows, serial, forks):
                  + ", ".join("%d hosts %.0f MiB" % (r["hosts"], r["rss"]) for r in rows) + ".")
     lines.append("")
     lines.append("Measured %s on %s, Python %s, %d CPU(s); `gpuops_mig_serial=%s`, forks %d, one H100 per host "
-                 "(layout `3g.40gb: 2`), device-plugin validation off. Command: "
-                 "`.venv/bin/python bench/bench_fleet.py --hosts %s --serial %s --forks %d%s --write-docs`."
+                 "(layout `3g.40gb: 2`), device-plugin validation off, the simulation wiring %s. Command: "
+                 "`.venv/bin/python bench/bench_fleet.py --hosts %s --serial %s --forks %d%s%s --write-docs`."
                  % (time.strftime("%Y-%m-%d"), platform.platform(terse=True), platform.python_version(),
-                    os.cpu_count() or 0, serial, forks, ",".join(str(r["hosts"]) for r in rows), serial, forks,
-                    " --drift %d" % drift if drift else ""))
+                    os.cpu_count() or 0, serial, forks,
+                    "templated (examples/simulated-fleet)" if example else "as plain host variables",
+                    ",".join(str(r["hosts"]) for r in rows), serial, forks,
+                    " --drift %d" % drift if drift else "", " --example-wiring" if example else ""))
     return "\n".join(lines)
 
 
@@ -150,11 +177,13 @@ def main():
     parser.add_argument("--drift", type=int, default=0, metavar="K",
                         help="then give K nodes another layout and time the rollout (the rest stay converged)")
     parser.add_argument("--write-docs", action="store_true")
-    parser.add_argument("--profile", action="store_true", help="print the converged re-run's slowest tasks")
+    parser.add_argument("--profile", action="store_true", help="print the slowest tasks of the re-run (and of the drift)")
+    parser.add_argument("--example-wiring", action="store_true",
+                        help="keep examples/simulated-fleet's templated simulation wiring on every host")
     args = parser.parse_args()
     rows = []
     for hosts in [int(h) for h in args.hosts.split(",")]:
-        row = measure(hosts, args.serial, args.forks, args.profile, args.drift)
+        row = measure(hosts, args.serial, args.forks, args.profile, args.drift, args.example_wiring)
         print("%(hosts)d hosts: ping %(ping).1f s, first %(first).1f s, converged %(converged).1f s, "
               "peak RSS %(rss).0f MiB" % row + (", %d drifted %.1f s" % (row["drift"], row["drifted"]) if row["drift"] else ""),
               flush=True)

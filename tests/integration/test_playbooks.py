@@ -16,7 +16,7 @@ def test_canary_failure_stops_the_rollout_then_report_then_disable(kube_api, kub
     fleet = Fleet(tmp_path, kube_api, kube_env)
     bad = fleet.add("gpu-bad", "1xH100-SXM5-80GB", mig_node_config_name="all-3g",
                     mig_node_config_file="{{ gpuops_sim_repo }}/examples/simulated-fleet/mig-parted-config.yaml")
-    good = fleet.add("gpu-good", "2xA30-24GB", mig_node_layouts=[{"gpus": "all", "devices": {"1g.6gb": 4}}])
+    fleet.add("gpu-good", "2xA30-24GB", mig_node_layouts=[{"gpus": "all", "devices": {"1g.6gb": 4}}])
     sim.add_fault(bad, "nvmlDeviceCreateGpuInstanceWithPlacement", "INSUFFICIENT_RESOURCES")
     good_before = fleet.digest("gpu-good")
 
