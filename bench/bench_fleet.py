@@ -10,17 +10,19 @@ integration tests. Each host carries its simulation wiring (the environment that
 points it at its simulated GPUs) as plain values: the example's templated wiring
 (lookups and chained variables) costs every task on every host about 25 ms of
 templating that no real inventory has, and the bare ping has no environment at
-all. --example-wiring keeps the example's templates. For each N, in one run: a bare `ansible -m ping` of the hosts,
-the first rollout (every node changes), a converged re-run, and with --drift K a
-rollout after K nodes were given another layout (the other N - K are converged:
-they should cost their preview only, not batches); the ratios of the rollout and
-the re-run to ping, and the controller's peak RSS during the converged re-run
-(getrusage of the children: the largest single process, i.e. ansible-playbook
-itself, not the sum over its forks).
+all. --example-wiring keeps the example's templates.
+
+For each N, in one run: the first rollout (every node changes), then a bare
+`ansible -m ping` of the hosts and a converged re-run, in turn, --repeat times
+(medians reported), and with --drift K a rollout after K nodes were given another
+layout (the other N - K are converged: they should cost their preview only, not
+batches); the ratios of the rollout and the re-run to ping, and the controller's
+peak RSS during the converged re-runs (getrusage of the children: the largest
+single process, i.e. ansible-playbook itself, not the sum over its forks).
 
 Usage (from the repository root, after scripts/setup.sh):
-    .venv/bin/python bench/bench_fleet.py [--hosts 8,32,64] [--serial 25%] [--forks 16] [--drift 4] [--write-docs]
-        [--profile] [--example-wiring]
+    .venv/bin/python bench/bench_fleet.py [--hosts 8,32,64] [--serial 25%] [--forks 16] [--drift 4] [--repeat 3]
+        [--write-docs] [--profile] [--example-wiring]
 
 --write-docs replaces the results section of docs/rollout.md.
 """
@@ -32,6 +34,7 @@ import os
 import platform
 import re
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -88,7 +91,7 @@ def plain_wiring(fleet, name):
     }
 
 
-def measure(hosts, serial, forks, profile=False, drift=0, example_wiring=False):
+def measure(hosts, serial, forks, profile=False, drift=0, example_wiring=False, repeat=3):
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
         tmp = pathlib.Path(tmp)
         (tmp / "scratch").mkdir()
@@ -104,17 +107,25 @@ def measure(hosts, serial, forks, profile=False, drift=0, example_wiring=False):
             inventory = fleet.inventory()
             extra = ["-e", '{"gpuops_mig_serial": "%s", "gpuops_mig_deploy_device_plugin": false, '
                            '"mig_node_validate": false}' % serial]
-            ping = timed([os.path.join(BIN, "ansible"), "-i", inventory, "gpu_nodes", "-m", "ping"], fleet.env)[0]
+            ping_cmd = [os.path.join(BIN, "ansible"), "-i", inventory, "gpu_nodes", "-m", "ping"]
             site = [os.path.join(BIN, "ansible-playbook"), "-i", inventory, os.path.join(REPO, "playbooks", "site.yml")]
             first = timed(site + extra, fleet.env)[0]
             env = dict(fleet.env)
             if profile:  # where the re-run's time goes, per task (printed, not part of the results)
                 env.update(ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_tasks", PROFILE_TASKS_TASK_OUTPUT_LIMIT="40")
-            again, rss, proc = timed(site + extra, env)
-            if profile:
-                print(proc.stdout[proc.stdout.rfind("PLAY RECAP"):], flush=True)
-            if not re.search(r"changed=0 ", proc.stdout) or re.search(r"changed=[1-9]", proc.stdout):
-                raise SystemExit("the re-run changed something:\n" + proc.stdout[-3000:])
+            # A ping sweep, then the converged re-run, `repeat` times in turn: the medians (a single
+            # ping sweep on a shared 2-core machine varies by a fifth between runs).
+            pings, agains, rss = [], [], 0.0
+            for _round in range(repeat):
+                pings.append(timed(ping_cmd, fleet.env)[0])
+                seconds, peak, proc = timed(site + extra, env)
+                agains.append(seconds)
+                rss = max(rss, peak)
+                if profile:
+                    print(proc.stdout[proc.stdout.rfind("PLAY RECAP"):], flush=True)
+                if not re.search(r"changed=0 ", proc.stdout) or re.search(r"changed=[1-9]", proc.stdout):
+                    raise SystemExit("the re-run changed something:\n" + proc.stdout[-3000:])
+            ping, again = statistics.median(pings), statistics.median(agains)
             drifted = None
             if drift:
                 for i in range(min(drift, hosts)):
@@ -129,7 +140,7 @@ def measure(hosts, serial, forks, profile=False, drift=0, example_wiring=False):
         finally:
             api.stop()
     return {"hosts": hosts, "ping": ping, "first": first, "converged": again, "rss": rss, "drift": drift,
-            "drifted": drifted, "example_wiring": example_wiring}
+            "drifted": drifted, "example_wiring": example_wiring, "pings": pings, "agains": agains}
 
 
 def table(rows, serial, forks):
@@ -143,17 +154,22 @@ def table(rows, serial, forks):
             r["hosts"], r["ping"], r["first"], r["converged"], r["converged"] / r["ping"], r["first"] / r["ping"])
             + (" %.1f s |" % r["drifted"] if drift else ""))
     lines.append("")
-    lines.append("Peak RSS of the controller's largest process (ansible-playbook) during the converged re-run: "
+    lines.append("Ping and converged re-run are medians of %d runs each, in turn: " % len(rows[0]["pings"])
+                 + "; ".join("%d hosts, pings %s s, re-runs %s s" % (
+                     r["hosts"], " / ".join("%.1f" % x for x in r["pings"]), " / ".join("%.1f" % x for x in r["agains"]))
+                     for r in rows) + ".")
+    lines.append("")
+    lines.append("Peak RSS of the controller's largest process (ansible-playbook) during the converged re-runs: "
                  + ", ".join("%d hosts %.0f MiB" % (r["hosts"], r["rss"]) for r in rows) + ".")
     lines.append("")
     lines.append("Measured %s on %s, Python %s, %d CPU(s); `gpuops_mig_serial=%s`, forks %d, one H100 per host "
                  "(layout `3g.40gb: 2`), device-plugin validation off, the simulation wiring %s. Command: "
-                 "`.venv/bin/python bench/bench_fleet.py --hosts %s --serial %s --forks %d%s%s --write-docs`."
+                 "`.venv/bin/python bench/bench_fleet.py --hosts %s --serial %s --forks %d%s --repeat %d%s --write-docs`."
                  % (time.strftime("%Y-%m-%d"), platform.platform(terse=True), platform.python_version(),
                     os.cpu_count() or 0, serial, forks,
                     "templated (examples/simulated-fleet)" if example else "as plain host variables",
                     ",".join(str(r["hosts"]) for r in rows), serial, forks,
-                    " --drift %d" % drift if drift else "", " --example-wiring" if example else ""))
+                    " --drift %d" % drift if drift else "", len(rows[0]["pings"]), " --example-wiring" if example else ""))
     return "\n".join(lines)
 
 
@@ -176,6 +192,8 @@ def main():
     parser.add_argument("--forks", type=int, default=16)
     parser.add_argument("--drift", type=int, default=0, metavar="K",
                         help="then give K nodes another layout and time the rollout (the rest stay converged)")
+    parser.add_argument("--repeat", type=int, default=3, metavar="R",
+                        help="ping sweeps and converged re-runs, in turn, R times each (the medians are reported)")
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument("--profile", action="store_true", help="print the slowest tasks of the re-run (and of the drift)")
     parser.add_argument("--example-wiring", action="store_true",
@@ -183,10 +201,12 @@ def main():
     args = parser.parse_args()
     rows = []
     for hosts in [int(h) for h in args.hosts.split(",")]:
-        row = measure(hosts, args.serial, args.forks, args.profile, args.drift, args.example_wiring)
+        row = measure(hosts, args.serial, args.forks, args.profile, args.drift, args.example_wiring, args.repeat)
+        runs = " (pings %s, re-runs %s)" % (" ".join("%.1f" % x for x in row["pings"]),
+                                            " ".join("%.1f" % x for x in row["agains"]))
+        drifted = ", %d drifted %.1f s" % (row["drift"], row["drifted"]) if row["drift"] else ""
         print("%(hosts)d hosts: ping %(ping).1f s, first %(first).1f s, converged %(converged).1f s, "
-              "peak RSS %(rss).0f MiB" % row + (", %d drifted %.1f s" % (row["drift"], row["drifted"]) if row["drift"] else ""),
-              flush=True)
+              "peak RSS %(rss).0f MiB" % row + runs + drifted, flush=True)
         rows.append(row)
     text = table(rows, args.serial, args.forks)
     print(text)
