@@ -56,8 +56,8 @@ options:
         C(mig_node_mig_strategy), C(mig_node_operator_mode), C(mig_node_reboot_method), C(mig_node_reboot_command),
         C(mig_node_driver_root), and O(restore) from C(mig_node_persist*) and C(mig_node_reset_gpus)); an empty
         string counts as not set.
-      - The role's own task uses it: the role's variables are templated once per node, for the check and the
-        settings together.
+      - The role's own task uses it, so that the role's variables are templated once per node, for the check and
+        the settings together.
       - Fails outside the M(gpuops.mig.mig_node) role.
     type: bool
     default: false

@@ -173,7 +173,7 @@ def test_node_workflow_end_to_end_then_converged_rerun(kube_api, kube_env, tmp_p
     sim.add_fault(c, "nvmlDeviceCreateGpuInstanceWithPlacement", "INSUFFICIENT_RESOURCES")
     # node-d: the single strategy cannot advertise two device types on one node.
     fleet.add("node-d", "1xA100-SXM4-40GB", mig_node_mig_strategy="single",
-                  mig_node_layouts=[{"gpus": "all", "devices": {"3g.20gb": 1, "2g.10gb": 1}}])
+              mig_node_layouts=[{"gpus": "all", "devices": {"3g.20gb": 1, "2g.10gb": 1}}])
     d_before = fleet.digest("node-d")
     # box-g (no Kubernetes): a pending mode that even the reboot does not apply fails clearly.
     g = fleet.add("box-g", "1xA30-24GB", kubernetes=False, mig_node_persist=False,
