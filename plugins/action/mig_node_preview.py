@@ -96,9 +96,12 @@ def sources_of(args):
     return [name for key, name in SOURCES if args[key] not in (None, "", [], {})]
 
 
-def options_from_role(args, role_vars, given):
+def options_from_role(host, args, role_vars, given):
     """args with every option of ROLE_OPTIONS (and restore) that the task did not give (given: the task's own
-    argument names) taken from the mig_node role's checked variables."""
+    argument names) taken from the mig_node role's checked variables (None: the task runs in no role with an
+    argument spec)."""
+    if role_vars is None or "mig_node_kubernetes" not in role_vars:
+        raise Refused("%s: role_variables needs the task to run in the gpuops.mig.mig_node role." % host)
     args = dict(args)
     for option, name in ROLE_OPTIONS:
         if option in given or name not in role_vars:
@@ -160,9 +163,7 @@ class ActionModule(ActionBase):
         try:
             role_vars = self._check_role_variables(host, task_vars)
             if args["role_variables"]:
-                if role_vars is None or "mig_node_kubernetes" not in role_vars:
-                    raise Refused("%s: role_variables needs the task to run in the gpuops.mig.mig_node role." % host)
-                args = options_from_role(args, role_vars, self._task.args)
+                args = options_from_role(host, args, role_vars, self._task.args)
             if args["decide"]:
                 layout = self._layout(host, args, task_vars)
                 module_args = dict(layout["module_args"])

@@ -70,7 +70,7 @@ def defaults():
 
 
 def test_options_come_from_the_role_variables_where_the_task_gives_none():
-    got = a.options_from_role(defaults(), role_vars(), given={"role_variables": True, "nodes": []})
+    got = a.options_from_role("gpu-1", defaults(), role_vars(), given={"role_variables": True, "nodes": []})
     assert got["kubernetes"] is True and got["k8s_node_name"] == "node-1"
     assert got["layouts"] == [{"gpus": "all", "devices": {"3g.40gb": 2}}]
     # Empty role variables are "not set": the sources check sees one source, not four.
@@ -84,7 +84,13 @@ def test_options_come_from_the_role_variables_where_the_task_gives_none():
 
 def test_options_the_task_gives_win_and_no_persist_means_no_restore():
     base = dict(defaults(), kubernetes=False, layouts=[{"gpus": "0"}])
-    got = a.options_from_role(base, role_vars(mig_node_persist=False, mig_node_config_name="half"),
+    got = a.options_from_role("gpu-1", base, role_vars(mig_node_persist=False, mig_node_config_name="half"),
                               given={"kubernetes": False, "layouts": [{"gpus": "0"}]})
     assert got["kubernetes"] is False and got["layouts"] == [{"gpus": "0"}]
     assert got["config_name"] == "half" and got["restore"] is None
+
+
+def test_role_variables_outside_the_mig_node_role_are_refused():
+    for outside in (None, {"mig_preflight_kubernetes": True}):
+        with pytest.raises(a.Refused, match="gpu-1: role_variables needs the task to run in the gpuops.mig.mig_node role"):
+            a.options_from_role("gpu-1", defaults(), outside, given={"role_variables": True})
