@@ -80,6 +80,9 @@ RESTORE_OPTIONS = (
     ("script", "mig_node_persist_script"), ("unit_dir", "mig_node_persist_unit_dir"),
 )
 
+# What counts as "not set" for a setting (the roles' defaults are empty strings and lists).
+UNSET = (None, "", [], {})
+
 # The role variables each source comes from, in the order messages name them.
 SOURCES = (("config", "mig_node_config"), ("config_file", "mig_node_config_file"),
            ("layouts", "mig_node_layouts"), ("configmap", "mig_node_config_configmap"))
@@ -93,7 +96,7 @@ def sources_of(args):
     """The layout sources set, by role variable name (a plan for this node wins over all of them)."""
     if args["plan"] is not None:
         return ["gpuops_mig_plan"]
-    return [name for key, name in SOURCES if args[key] not in (None, "", [], {})]
+    return [name for key, name in SOURCES if args[key] not in UNSET]
 
 
 def options_from_role(host, args, role_vars, given):
@@ -107,7 +110,7 @@ def options_from_role(host, args, role_vars, given):
         if option in given or name not in role_vars:
             continue
         value = role_vars[name]
-        if value in (None, "", [], {}):
+        if value in UNSET:
             value = ARGUMENT_SPEC[option].get("default")
         args[option] = value
     if "restore" not in given and role_vars.get("mig_node_persist"):
