@@ -2,18 +2,38 @@
 # Copyright: Contributors to the gpuops.mig collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""Kubernetes objects as the rollout reads them: which DaemonSet is NVIDIA's DRA kubelet plugin, and
-objects trimmed to what the rollout decides on.
+"""Kubernetes objects as the rollout reads them: what gpuops.mig.mig_cluster_info reads, which DaemonSet
+is NVIDIA's DRA kubelet plugin, and objects trimmed to what the rollout decides on.
 
-Shared by gpuops.mig.mig_cluster_info (which returns only what is needed: every host's preview
-gets it, so its size is paid once per node) and plugin_utils/_node_decision.py. Private to the
-collection; no Ansible imports.
+Shared by gpuops.mig.mig_cluster_info (module and action plugin, which return only what is needed:
+every host's preview gets it, so its size is paid once per node) and plugin_utils/_node_decision.py.
+Private to the collection; no Ansible imports (the reads go through the kubernetes.core service given).
 """
 
 from __future__ import annotations
 
+import copy
+
 # NVIDIA's DRA driver for GPUs (k8s-dra-driver-gpu): the name its chart gives its pods.
 DRA_APP = "dra-driver-nvidia-gpu"
+
+DEFAULT_OPERATOR_NAMESPACE = "gpu-operator"
+
+# gpuops.mig.mig_cluster_info's options besides kubernetes.core's connection options (AUTH_ARG_SPEC).
+CLUSTER_READ_OPTIONS = dict(
+    operator=dict(type="bool", default=True),
+    nodes=dict(type="bool", default=True),
+    node_status=dict(type="bool", default=False),
+    configmap_namespaces=dict(type="list", elements="str", default=[]),
+)
+
+
+def cluster_read_spec(auth_spec):
+    """gpuops.mig.mig_cluster_info's argument spec, given kubernetes.core's AUTH_ARG_SPEC (module and action
+    plugin alike)."""
+    spec = copy.deepcopy(auth_spec)
+    spec.update(copy.deepcopy(CLUSTER_READ_OPTIONS))
+    return spec
 
 
 def is_dra_kubelet_plugin(daemonset):
@@ -35,3 +55,39 @@ def trimmed(obj, keep_status=True):
     if not keep_status:
         obj.pop("status", None)
     return obj
+
+
+def operator_namespace(cluster_policies):
+    for policy in cluster_policies:
+        namespace = (policy.get("status") or {}).get("namespace")
+        if namespace:
+            return namespace
+    return DEFAULT_OPERATOR_NAMESPACE
+
+
+def configmap_namespaces(requested, cluster_policies, operator_ns):
+    """The namespaces to read ConfigMaps from, in a stable order, each once."""
+    wanted = [namespace or operator_ns for namespace in requested]
+    if cluster_policies:
+        wanted.append(operator_ns)
+    return sorted(set(wanted))
+
+
+def read_cluster(service, params):
+    """What gpuops.mig.mig_cluster_info returns, read through a kubernetes.core K8sService."""
+    def find(kind, api_version, namespace=None, keep_status=True):
+        return [trimmed(obj, keep_status) for obj in service.find(kind, api_version, namespace=namespace)["resources"]]
+
+    # What was not read is left out rather than returned empty: no ClusterPolicy read is not "no GPU Operator"
+    # (site.yml then reads it itself before deciding whether to deploy a device plugin).
+    result = dict(configmaps={})
+    if params["operator"]:
+        result["cluster_policies"] = find("ClusterPolicy", "nvidia.com/v1")
+        result["daemonsets"] = [ds for ds in find("DaemonSet", "apps/v1", keep_status=False) if is_dra_kubelet_plugin(ds)]
+    if params["nodes"]:
+        result["nodes"] = find("Node", "v1", keep_status=params["node_status"])
+    policies = result.get("cluster_policies") or []
+    result["operator_namespace"] = operator_namespace(policies)
+    for namespace in configmap_namespaces(params["configmap_namespaces"], policies, result["operator_namespace"]):
+        result["configmaps"][namespace] = find("ConfigMap", "v1", namespace)
+    return result

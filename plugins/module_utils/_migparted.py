@@ -204,9 +204,10 @@ def _load_yaml(text, origin):
 
 @functools.lru_cache(maxsize=None)
 def _strict_loader(yaml):
-    """A SafeLoader that refuses duplicate keys instead of keeping the last one silently (made once)."""
+    """A SafeLoader that refuses duplicate keys instead of keeping the last one silently (made once). On
+    libyaml's parser where PyYAML has it: every node read of a rollout parses the config it is given."""
 
-    class StrictLoader(yaml.SafeLoader):
+    class StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
         pass
 
     def construct_unique_mapping(loader, node, deep=False):

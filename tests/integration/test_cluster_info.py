@@ -1,7 +1,11 @@
 """gpuops.mig.mig_cluster_info against the Kubernetes API emulator, through kubernetes.core's client:
-one module run reads what the rollout decides on, trimmed to what it needs."""
+one read of what the rollout decides on, trimmed to what it needs, in the controller's process where
+the module would run there, else by the module."""
+
+import sys
 
 import pytest
+import yaml
 
 from tests.integration.test_kubeapi import run_tasks
 from tests.support.kubeapi import seed
@@ -58,3 +62,43 @@ def test_with_the_gpu_operator_and_the_dra_driver(kube_api, kube_env, tmp_path):
     assert "default-mig-parted-config" in [c["metadata"]["name"] for c in read["configmaps"]["gpu-operator"]]
     # Without the operator's part nothing of it is read, its ConfigMaps included.
     assert "cluster_policies" not in results["no operator"] and results["no operator"]["configmaps"] == {}
+
+
+def module_python(tmp_path):
+    """An interpreter path other than the controller's own, for the same Python: the task then runs the module."""
+    wrapper = tmp_path / "python-elsewhere"
+    wrapper.write_text("#!/bin/sh\nexec %s \"$@\"\n" % sys.executable)
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def test_read_here_and_by_the_module_alike(kube_api, kube_env, tmp_path):
+    kube_api.seed(seed.node("gpu-1", GPU), seed.node("cpu-1"), *seed.gpu_operator(), *seed.dra_driver(),
+                  seed.namespace("mig-configs"), configmap("fleet-mig", "mig-configs", {"config.yaml": "version: v1\n"}))
+    # Nothing listens on port 9 of the loopback.
+    closed = tmp_path / "closed-kubeconfig"
+    closed.write_text(yaml.safe_dump(dict(yaml.safe_load(open(kube_api.kubeconfig)), clusters=[
+        {"name": "kubeapi", "cluster": {"server": "http://127.0.0.1:9"}}])))
+    read = {"configmap_namespaces": ["mig-configs", ""], "node_status": True}
+    elsewhere = {"ansible_python_interpreter": module_python(tmp_path)}
+    results = run_tasks([
+        {"name": "here", "gpuops.mig.mig_cluster_info": read},
+        {"name": "module", "gpuops.mig.mig_cluster_info": read, "vars": elsewhere},
+        # The task's environment reaches the read done here as it reaches a module.
+        {"name": "environment", "gpuops.mig.mig_cluster_info": {"operator": False},
+         "environment": {"K8S_AUTH_KUBECONFIG": str(closed)}, "ignore_errors": True},
+        {"name": "closed here", "gpuops.mig.mig_cluster_info": {"kubeconfig": str(closed)}, "ignore_errors": True},
+        {"name": "closed module", "gpuops.mig.mig_cluster_info": {"kubeconfig": str(closed)}, "vars": elsewhere,
+         "ignore_errors": True},
+    ], kube_env, tmp_path)
+    here, module = results["here"], results["module"]
+    # Only a module run reports its invocation: each task went the way it should.
+    assert "invocation" in module and "invocation" not in here
+    module.pop("invocation")
+    assert here == module
+    assert here["changed"] is False and [n["metadata"]["name"] for n in here["nodes"]] == ["cpu-1", "gpu-1"]
+    assert sorted(here["configmaps"]) == ["gpu-operator", "mig-configs"]
+    for name in ("environment", "closed here", "closed module"):
+        assert results[name]["failed"] is True, name
+        assert "127.0.0.1" in results[name]["msg"] and "port=9" in results[name]["msg"], results[name]["msg"]
+        assert not results[name]["msg"].startswith("Unexpected failure"), results[name]["msg"]
