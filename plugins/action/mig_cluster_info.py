@@ -20,7 +20,6 @@ import os
 import sys
 import traceback
 
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import merge_hash
 
@@ -58,10 +57,7 @@ class ActionModule(ActionBase):
             if not wrap_async:
                 self._remove_tmp_path(self._connection._shell.tmpdir)
             return result
-        checked = ArgumentSpecValidator(cluster_read_spec(client["auth_spec"])).validate(self._task.args)
-        if checked.error_messages:
-            return dict(result, failed=True, msg="; ".join(checked.error_messages))
-        params = checked.validated_parameters
+        dummy, params = self.validate_argument_spec(argument_spec=cluster_read_spec(client["auth_spec"]))
         # The task's environment (K8S_AUTH_*, a proxy), as the module would have had it. This worker
         # process runs this one task only, so its own environment can take it.
         environment = {}
