@@ -65,8 +65,8 @@ def resolve(nvml, entries, allow_unmatched=False):
             if not entry.device_filter:
                 raise ConfigError("%s selects no MIG-capable GPU on this host" % entry.label)
         if entries and not resolution.targets and not resolution.skipped:
-            labels = ", ".join(g["label"] for g in gpus.values()) or "none"
-            raise ConfigError("no entry of the config selects a GPU on this host (GPUs: %s)" % labels)
+            raise ConfigError("no entry of the config selects a GPU on this host: %s"
+                              % migparted.unmatched_text(resolution.unmatched, host))
     return resolution, gpus
 
 
