@@ -190,6 +190,22 @@ def load_config(source, origin="mig-parted config"):
     return MigPartedConfig(origin, parsed)
 
 
+def read_config_file(path):
+    """The text of a config file on this host, read no further than the limit on a config's size;
+    ConfigError when it cannot be read, is larger, or is not UTF-8 text."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(bounded_yaml.MAX_CHARS + 1)
+    except (IOError, OSError) as e:
+        raise ConfigError("cannot read the mig-parted config %s: %s" % (path, e))
+    if len(data) > bounded_yaml.MAX_CHARS:
+        raise ConfigError("%s: more than %d bytes, the most a config may have" % (path, bounded_yaml.MAX_CHARS))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError("%s: not UTF-8 text (%s)" % (path, e))
+
+
 def parse_yaml(text, origin):
     """YAML text as data, read within the limits of _bounded_yaml (size, nesting, aliases, value
     length) and with a key given twice refused; raises ParseError (a ConfigError) naming ``origin``."""
