@@ -121,7 +121,7 @@ class _Builder(object):
     def start(self, event, kind, line):
         if len(self.stack) >= MAX_DEPTH:
             self.over_limit(line, "collections nested more than %d deep; a mig-parted config needs fewer than 10"
-                      % MAX_DEPTH)
+                            % MAX_DEPTH)
         if event.tag not in _COLLECTION_TAGS[kind]:
             self.fail(line, "the tag %s is not allowed on a %s here" % (excerpt(event.tag), kind))
         if event.anchor is not None:
@@ -144,7 +144,7 @@ class _Builder(object):
         text = event.value
         if len(text) > MAX_SCALAR_CHARS:
             self.over_limit(line, "a value of %d characters, more than the %d allowed: %s"
-                      % (len(text), MAX_SCALAR_CHARS, excerpt(text)))
+                            % (len(text), MAX_SCALAR_CHARS, excerpt(text)))
         tag = event.tag
         if tag is None or tag == "!":
             tag = self.resolve(text) if event.implicit[0] else _STR

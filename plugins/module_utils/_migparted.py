@@ -297,8 +297,8 @@ def _build_entry(where, label, raw, devices_key, filter_key, enabled_key, mig_de
         mig_devices = {}
     parts = ["%s: %s" % (devices_key, _devices_text(devices))]
     if device_filter:
-        parts.append("%s: %s" % (filter_key, _list_text([_filter_text(f) for f in device_filter[:_SHOWN_ITEMS + 1]],
-                                                         len(device_filter))))
+        shown = [_filter_text(f) for f in device_filter[:_SHOWN_ITEMS + 1]]
+        parts.append("%s: %s" % (filter_key, _list_text(shown, len(device_filter))))
     return ConfigEntry("%s (%s)" % (where, "; ".join(parts)), devices, device_filter, enabled, mig_devices, pinned)
 
 
@@ -553,8 +553,8 @@ def _raw_label(where, devices, device_filter, devices_key="devices", filter_key=
     parts = ["%s: %s" % (devices_key, _devices_text(devices))]
     if device_filter is not None:
         shown = device_filter if isinstance(device_filter, list) else [device_filter]
-        parts.append("%s: %s" % (filter_key, _list_text([_raw_filter_text(f) for f in shown[:_SHOWN_ITEMS + 1]],
-                                                         len(shown))))
+        texts = [_raw_filter_text(f) for f in shown[:_SHOWN_ITEMS + 1]]
+        parts.append("%s: %s" % (filter_key, _list_text(texts, len(shown))))
     return "%s (%s)" % (where, "; ".join(parts))
 
 

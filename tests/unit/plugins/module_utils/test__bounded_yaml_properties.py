@@ -34,9 +34,8 @@ ANY_TEXT = st.one_of(YAML_SOUP, st.text(max_size=200))
 
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2 ** 64, 2 ** 64),
                     st.floats(allow_nan=False), st.text(max_size=30))
-DATA = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=5),
-                                                       st.dictionaries(st.text(max_size=10), inner, max_size=5)),
-                    max_leaves=30)
+DATA = st.recursive(SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=5), st.dictionaries(st.text(max_size=10), inner, max_size=5)), max_leaves=30)
 
 
 def comparable(value):

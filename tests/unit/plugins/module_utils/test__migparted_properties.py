@@ -40,9 +40,8 @@ PCI = sorted(PCI_IDS.values()) + ["0x20b010de", "0x20B010DE:0x145F10DE", "0x1234
 ODD = st.one_of(st.none(), st.booleans(), st.integers(), st.integers(0, 9).map(lambda n: 10 ** 5000 + n),
                 st.floats(), st.text(max_size=20), st.text(min_size=5000, max_size=6000), st.binary(max_size=10),
                 st.sampled_from(PROFILES + PCI + ["all", "v1", "true"]))
-ANY = st.recursive(ODD, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                 st.dictionaries(ODD, inner, max_size=4)),
-                   max_leaves=20)
+ANY = st.recursive(ODD, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(ODD, inner, max_size=4)), max_leaves=20)
 SMALL_INT = st.integers(-2, 9)
 
 
