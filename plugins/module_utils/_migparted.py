@@ -158,7 +158,7 @@ def load_config(source, origin="mig-parted config"):
     for text that is not valid YAML or goes past the limits of _bounded_yaml).
     """
     if isinstance(source, bytes):
-        source = source.decode("utf-8")
+        source = _utf8_text(source, origin)
     if isinstance(source, str):
         data = parse_yaml(source, origin)
     else:
@@ -200,10 +200,14 @@ def read_config_file(path):
         raise ConfigError("cannot read the mig-parted config %s: %s" % (path, e))
     if len(data) > bounded_yaml.MAX_CHARS:
         raise ConfigError("%s: more than %d bytes, the most a config may have" % (path, bounded_yaml.MAX_CHARS))
+    return _utf8_text(data, path)
+
+
+def _utf8_text(data, origin):
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError("%s: not UTF-8 text (%s)" % (path, e))
+        raise ConfigError("%s: not UTF-8 text (%s)" % (origin, e))
 
 
 def parse_yaml(text, origin):

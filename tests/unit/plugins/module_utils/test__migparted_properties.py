@@ -136,7 +136,7 @@ def test_any_config_text_parses_and_resolves_or_is_refused(data, host, style):
 
 
 @FUZZ
-@given(text=st.one_of(YAML_SOUP, st.text(max_size=300),
+@given(text=st.one_of(YAML_SOUP, st.text(max_size=300), st.binary(max_size=100), YAML_SOUP.map(str.encode),
                       YAML_SOUP.map(lambda soup: "version: v1\nmig-configs:\n  c:\n    - " + soup)),
        host=HOST)
 def test_any_text_parses_and_resolves_or_is_refused(text, host):
