@@ -63,6 +63,8 @@ def load(text, origin):
     except yaml.YAMLError as err:
         # The parser's own words, on one line; they quote at most a line of the text.
         raise ParseError("%s: not valid YAML: %s" % (origin, excerpt(" ".join(str(err).split()), 300, quote=False)))
+    except UnicodeError as err:     # libyaml reads UTF-8: a lone surrogate (JSON's "\ud800") cannot be one
+        raise ParseError("%s: not valid text: %s" % (origin, excerpt(str(err), 300, quote=False)))
     return builder.document
 
 

@@ -69,6 +69,7 @@ def test_nvidias_default_config_reads_as_pyyaml_reads_it(parser):
     ("--- 1\n--- 2\n", "t: not valid YAML: line 2: a second YAML document; a config is one document"),
     ("a: [1\n", "t: not valid YAML: "),
     ("a: \x00\n", "t: not valid YAML: "),
+    ("a: \ud800\n", "t: not valid "),
 ])
 def test_refuses_with_the_line(parser, text, message):
     with pytest.raises(ParseError) as err:

@@ -26,7 +26,8 @@ TOKENS = ["[", "]", "{", "}", ", ", ": ", ":", "- ", "\n", "  ", "    ", "? ", "
           "!!int ", "!!str ", "!!set ", "!!binary ", "!!python/tuple ", "!x ", "! ", "'q'", '"d\\n"', "|\n  t\n",
           "# c\n", "---\n", "...\n", "~", "null", "true", "no", "0x20B010DE", "0o17", "1_000", "1:20", ".inf",
           ".nan", "2001-12-14", "=", "version", "v1", "mig-configs", "devices", "all", "mig-enabled",
-          "mig-devices", "device-filter", "1g.5gb", "3g.20gb", "0", "7", "-1", "x" * 50]
+          "mig-devices", "device-filter", "1g.5gb", "3g.20gb", "0", "7", "-1", "x" * 50, "\ud800", "\ufeff", "\t",
+          "\x85", "\U0001F600"]
 
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)   # the parser the bounded reader uses
 YAML_SOUP = st.lists(st.sampled_from(TOKENS), max_size=60).map("".join)
