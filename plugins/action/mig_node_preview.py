@@ -19,6 +19,8 @@ from ansible.errors import AnsibleError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.gpuops.mig.plugins.module_utils import _migparted as migparted
+from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_decision as node_decision
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _preflight as preflight
 
@@ -146,8 +148,8 @@ def config_names(config):
     (the module says what is wrong with it)."""
     if isinstance(config, str):
         try:
-            config = yaml.safe_load(config)
-        except yaml.YAMLError:
+            config = migparted.parse_yaml(config, "config")
+        except ConfigError:
             return []
     configs = config.get("mig-configs") if isinstance(config, dict) else None
     return list(configs) if isinstance(configs, dict) else []

@@ -19,6 +19,12 @@ options:
       - A mapping, or the config's YAML text (for example a file read on the controller with
         C(lookup('ansible.builtin.file', ...))). Text is parsed strictly, as O(config_file) is. A key that
         appears twice, such as a config name defined twice, is an error instead of the last one winning.
+      - Config text, here or in O(config_file), is refused before anything is built from it when it goes past
+        the limits on input. It may have at most 1 MiB (1,048,576 characters, or bytes of UTF-8 in a file) and
+        collections nested at most 32 deep. Aliases and merge keys may add at most 10,000 values in all, and
+        a single value may have at most 4,096 characters. The text must be one document, with no alias inside
+        the node it names and no tags but YAML's standard ones for scalars, mappings and lists. The message
+        names the source and the line, and quotes only a short excerpt of any value.
       - Mutually exclusive with O(config_file) and O(layouts).
     type: raw
   config_file:

@@ -63,8 +63,8 @@ EXIT_OK, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_PENDING = 0, 1, 2, 3
 # (gpuops.mig.mig_node_info) derives the restore's stamp from these sources;
 # tests/unit/plugins/module_utils/test__boot_restore.py keeps it equal to what the imports say.
 ENGINE_MODULES = tuple("%s.%s" % (PACKAGE, name) for name in (
-    "_boot_restore", "_errors", "_gpu_layout", "_gpu_selection", "_host_layout", "_host_mode", "_migparted",
-    "_nvml"))
+    "_boot_restore", "_bounded_yaml", "_errors", "_gpu_layout", "_gpu_selection", "_host_layout", "_host_mode",
+    "_migparted", "_nvml"))
 
 
 def engine_sources(read_source=None):

@@ -41,7 +41,7 @@ DRIVER_ARG_SPEC = dict(
 
 # Paired with the doc fragment gpuops.mig._config_source.
 CONFIG_SOURCE_ARG_SPEC = dict(
-    config=dict(type="raw"),   # a mapping, or YAML text parsed strictly (duplicate keys refused)
+    config=dict(type="raw"),   # a mapping, or YAML text read strictly and within limits (_bounded_yaml)
     config_file=dict(type="path"),
     layouts=dict(type="list", elements="dict"),
     config_name=dict(type="str"),

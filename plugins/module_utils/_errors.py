@@ -11,6 +11,8 @@ only _common.fail_from turns an error into the module's failure.
 
 from __future__ import annotations
 
+import reprlib
+
 
 class GpuopsError(Exception):
     """Base of the engine's errors.
@@ -28,6 +30,11 @@ class GpuopsError(Exception):
 
 class ConfigError(GpuopsError):
     """A mig-parted config or inline layout that cannot be used (found before any change)."""
+
+
+class ParseError(ConfigError):
+    """Config text that is not valid YAML, or that goes past the limits on input (size, nesting,
+    aliases, value length) before anything is built from it."""
 
 
 class SelectionError(GpuopsError):
@@ -64,3 +71,34 @@ class MissingLibrary(NvmlError):
 
 class DriverNotFound(NvmlError):
     """No usable NVIDIA driver: no libnvidia-ml.so.1 on the host or under a driver root, or no kernel driver."""
+
+
+class _Excerpt(reprlib.Repr):
+    """repr() that stops early: a few items, a few levels, a short string."""
+
+    def __init__(self, limit):
+        super(_Excerpt, self).__init__()
+        self.maxlevel = 3
+        self.maxlist = self.maxtuple = self.maxset = self.maxfrozenset = self.maxdict = 4
+        self.maxstring = self.maxother = self.maxlong = limit
+
+    def repr_int(self, x, level):
+        # repr() of an int with more than 4300 digits raises ValueError (Python 3.11+).
+        if x.bit_length() > 4 * self.maxlong:
+            return "<int of %d bits>" % x.bit_length()
+        return super(_Excerpt, self).repr_int(x, level)
+
+
+def excerpt(value, limit=60, quote=True):
+    """A short, escaped text of ``value`` for a message: its repr() cut to about ``limit`` characters
+    (and a few items, a few levels deep), never the whole of a value that may be huge or hostile.
+    With ``quote=False`` a short printable string is shown as it is."""
+    if isinstance(value, str):
+        if not quote and len(value) <= limit and value.isprintable():
+            return value
+        text = repr(value[:limit])
+        if len(value) > limit:
+            text += "..."
+    else:
+        text = _Excerpt(limit).repr(value)
+    return text if len(text) <= 2 * limit else text[:2 * limit] + "..."

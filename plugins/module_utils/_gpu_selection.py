@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpuops.mig.plugins.module_utils._errors import SelectionError
+from ansible_collections.gpuops.mig.plugins.module_utils._errors import SelectionError, excerpt
 
 _INDEX = re.compile(r"^\d+$")
+# More digits than any GPU index has (and than int() reads: Python refuses over 4300).
+_MAX_INDEX_DIGITS = 6
+_NOT_A_SELECTOR = ("%s is not a GPU selector: use all, an index (0), a GPU UUID (GPU-...), "
+                   "a PCI device ID (0x20B010DE) or a PCI bus ID (0000:07:00.0)")
 _DEVICE_ID = re.compile(r"^0x[0-9a-fA-F]{8}$")
 _UUID = re.compile(r"^GPU-\S+$", re.IGNORECASE)
 _BUS_ID = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
@@ -37,7 +41,7 @@ def select_gpus(gpus, selectors):
     """
     chosen = {}
     for raw in selectors:
-        for g in _match(gpus, str(raw).strip())[1]:
+        for g in _match(gpus, _selector_text(raw))[1]:
             chosen[g["index"]] = g
     return [chosen[i] for i in sorted(chosen)]
 
@@ -46,10 +50,19 @@ def explicitly_selected(gpus, selectors):
     """Indexes of GPUs named one by one (index, UUID or bus ID), not through all or a model ID."""
     named = set()
     for raw in selectors:
-        kind, matched = _match(gpus, str(raw).strip())
+        kind, matched = _match(gpus, _selector_text(raw))
         if kind in ("index", "uuid", "bus"):
             named.update(g["index"] for g in matched)
     return named
+
+
+def _selector_text(raw):
+    """A selector as text; an int is an index (Ansible passes text, the engine's callers may not)."""
+    if isinstance(raw, str):
+        return raw.strip()
+    if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw < 10 ** _MAX_INDEX_DIGITS:
+        return str(raw)
+    raise SelectionError(_NOT_A_SELECTOR % excerpt(raw))
 
 
 def _match(gpus, sel):
@@ -57,14 +70,15 @@ def _match(gpus, sel):
     if sel.lower() == "all":
         return "all", list(gpus)
     if _INDEX.match(sel):
-        matched = [g for g in gpus if g["index"] == int(sel)]
+        matched = [g for g in gpus if len(sel) <= _MAX_INDEX_DIGITS and g["index"] == int(sel)]
         if not matched:
-            raise SelectionError("GPU index %s does not exist on this host (it has %s)" % (sel, _describe_indexes(gpus)))
+            raise SelectionError("GPU index %s does not exist on this host (it has %s)"
+                                 % (excerpt(sel, quote=False), _describe_indexes(gpus)))
         return "index", matched
     if _UUID.match(sel):
         matched = [g for g in gpus if g["uuid"].lower() == sel.lower()]
         if not matched:
-            raise SelectionError("no GPU with UUID %s on this host" % sel)
+            raise SelectionError("no GPU with UUID %s on this host" % excerpt(sel, quote=False))
         return "uuid", matched
     if _DEVICE_ID.match(sel):
         matched = [g for g in gpus if g["pci_device_id"].lower() == sel.lower()]
@@ -75,11 +89,9 @@ def _match(gpus, sel):
     if bus:
         matched = [g for g in gpus if normalize_bus_id(g["pci_bus_id"]) == bus]
         if not matched:
-            raise SelectionError("no GPU at PCI bus ID %s on this host" % sel)
+            raise SelectionError("no GPU at PCI bus ID %s on this host" % excerpt(sel, quote=False))
         return "bus", matched
-    raise SelectionError(
-        "%r is not a GPU selector: use all, an index (0), a GPU UUID (GPU-...), "
-        "a PCI device ID (0x20B010DE) or a PCI bus ID (0000:07:00.0)" % sel)
+    raise SelectionError(_NOT_A_SELECTOR % excerpt(sel))
 
 
 def _describe_indexes(gpus):

@@ -36,12 +36,7 @@ def load_entries(config=None, config_file=None, config_name=None, layouts=None, 
     if layouts is not None:
         return migparted.entries_from_layouts(layouts, origin=origin or "layouts")
     if config_file is not None:
-        try:
-            with open(config_file) as f:
-                text = f.read()
-        except (IOError, OSError) as e:
-            raise ConfigError("cannot read the mig-parted config %s: %s" % (config_file, e))
-        parsed = migparted.load_config(text, origin=config_file)
+        parsed = migparted.load_config(migparted.read_config_file(config_file), origin=config_file)
     else:
         parsed = migparted.load_config(config, origin=origin or "mig-parted config")
     return parsed.select(config_name)
@@ -65,8 +60,8 @@ def resolve(nvml, entries, allow_unmatched=False):
             if not entry.device_filter:
                 raise ConfigError("%s selects no MIG-capable GPU on this host" % entry.label)
         if entries and not resolution.targets and not resolution.skipped:
-            labels = ", ".join(g["label"] for g in gpus.values()) or "none"
-            raise ConfigError("no entry of the config selects a GPU on this host (GPUs: %s)" % labels)
+            raise ConfigError("no entry of the config selects a GPU on this host: %s"
+                              % migparted.unmatched_text(resolution.unmatched, host))
     return resolution, gpus
 
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 #
 # The schema follows mig-parted v0.15.0 (api/spec/v1): see docs/planner.md.
 
-import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError
+from ansible_collections.gpuops.mig.plugins.module_utils import _bounded_yaml as bounded_yaml
+from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError, excerpt
 from ansible_collections.gpuops.mig.plugins.module_utils._gpu_layout import PinnedGi
 
 __all__ = [
@@ -47,6 +47,10 @@ _PROFILE_NAME = re.compile(
     r"^(?:(?P<c>[1-9][0-9]*)c\.)?(?P<g>[1-9][0-9]*)g\.[1-9][0-9]*gb"
     r"(?:(?:\+[a-z]+(?:\.[a-z]+)*)+|-[a-z]+(?:\.[a-z]+)*)?$")
 _PCI_ID = re.compile(r"^0[xX][0-9a-fA-F]{8}$")
+# Longer names are not profiles (and their slice counts would not be small ints).
+_MAX_PROFILE_CHARS = 64
+# How many items of a list a message shows.
+_SHOWN_ITEMS = 8
 
 
 @dataclass(frozen=True)
@@ -87,10 +91,10 @@ class MigPartedConfig:
             if len(self.configs) == 1:
                 return next(iter(self.configs.values()))
             raise ConfigError("%s: %d configs, so a config name is needed; available: %s"
-                              % (self.origin, len(self.configs), ", ".join(self.names)))
+                              % (self.origin, len(self.configs), _list_text(self.names)))
         if name not in self.configs:
-            raise ConfigError("%s: no config named %r; available: %s"
-                              % (self.origin, name, ", ".join(self.names)))
+            raise ConfigError("%s: no config named %s; available: %s"
+                              % (self.origin, excerpt(name), _list_text(self.names)))
         return self.configs[name]
 
 
@@ -150,12 +154,13 @@ def load_config(source, origin="mig-parted config"):
 
     source: YAML (or JSON) text, or an already-parsed mapping.
     origin: how to name the input in messages (e.g. its path).
-    Raises ConfigError naming the config, the entry and the key on any problem.
+    Raises ConfigError naming the config, the entry and the key on any problem (ParseError
+    for text that is not valid YAML or goes past the limits of _bounded_yaml).
     """
     if isinstance(source, bytes):
-        source = source.decode("utf-8")
+        source = _utf8_text(source, origin)
     if isinstance(source, str):
-        data = _load_yaml(source, origin)
+        data = parse_yaml(source, origin)
     else:
         data = source
     if not isinstance(data, Mapping):
@@ -168,7 +173,7 @@ def load_config(source, origin="mig-parted config"):
     if "version" not in data:
         raise ConfigError("%s: 'version' is missing; it must be v1" % origin)
     if data["version"] != "v1":
-        raise ConfigError("%s: unsupported version %r; only v1 is known" % (origin, data["version"]))
+        raise ConfigError("%s: unsupported version %s; only v1 is known" % (origin, excerpt(data["version"])))
     configs = data.get("mig-configs")
     if not isinstance(configs, Mapping) or not configs:
         raise ConfigError("%s: 'mig-configs' must be a non-empty mapping of config name to a list of entries"
@@ -176,8 +181,8 @@ def load_config(source, origin="mig-parted config"):
     parsed = {}
     for name, entries in configs.items():
         if not isinstance(name, str) or not name:
-            raise ConfigError("%s: config names must be non-empty strings, got %r" % (origin, name))
-        where = "%s: config %r" % (origin, name)
+            raise ConfigError("%s: config names must be non-empty strings, got %s" % (origin, excerpt(name)))
+        where = "%s: config %s" % (origin, excerpt(name))
         if not isinstance(entries, list) or not entries:
             got = "an empty list" if isinstance(entries, list) else _type_name(entries)
             raise ConfigError("%s must be a non-empty list of entries, got %s" % (where, got))
@@ -185,52 +190,33 @@ def load_config(source, origin="mig-parted config"):
     return MigPartedConfig(origin, parsed)
 
 
-def _load_yaml(text, origin):
-    # PyYAML is imported only here: a config given as a mapping (every node read of a rollout)
-    # does not pay for importing it.
+def read_config_file(path):
+    """The text of a config file on this host, read no further than the limit on a config's size;
+    ConfigError when it cannot be read, is larger, or is not UTF-8 text."""
     try:
-        import yaml
-    except ImportError:  # pragma: no cover - exercised only where PyYAML is missing
-        raise ConfigError("%s: reading YAML needs the PyYAML Python package on this host "
-                          "(or pass the config as a mapping)" % origin)
+        with open(path, "rb") as f:
+            data = f.read(bounded_yaml.MAX_CHARS + 1)
+    except (IOError, OSError) as e:
+        raise ConfigError("cannot read the mig-parted config %s: %s" % (path, e))
+    if len(data) > bounded_yaml.MAX_CHARS:
+        raise ConfigError("%s: more than %d bytes, the most a config may have" % (path, bounded_yaml.MAX_CHARS))
+    return _utf8_text(data, path)
+
+
+def _utf8_text(data, origin):
     try:
-        data = yaml.load(text, Loader=_strict_loader(yaml))
-    except yaml.YAMLError as err:
-        raise ConfigError("%s: not valid YAML: %s" % (origin, err))
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError("%s: not UTF-8 text (%s)" % (origin, e))
+
+
+def parse_yaml(text, origin):
+    """YAML text as data, read within the limits of _bounded_yaml (size, nesting, aliases, value
+    length) and with a key given twice refused; raises ParseError (a ConfigError) naming ``origin``."""
+    data = bounded_yaml.load(text, origin)
     if data is None:
         raise ConfigError("%s: empty document" % origin)
     return data
-
-
-@functools.lru_cache(maxsize=None)
-def _strict_loader(yaml):
-    """A SafeLoader that refuses duplicate keys instead of keeping the last one silently (made once). On
-    libyaml's parser where PyYAML has it: every node read of a rollout parses the config it is given."""
-
-    class StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
-        pass
-
-    def construct_unique_mapping(loader, node, deep=False):
-        loader.flatten_mapping(node)
-        seen = set()
-        for key_node, _value in node.value:
-            key = loader.construct_object(key_node, deep=True)
-            try:
-                duplicate = key in seen
-            except TypeError:
-                duplicate = False   # unhashable; construct_mapping reports it
-            if duplicate:
-                raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping", node.start_mark,
-                    "found duplicate key %r" % (key,), key_node.start_mark)
-            try:
-                seen.add(key)
-            except TypeError:
-                pass
-        return loader.construct_mapping(node, deep)
-
-    StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_unique_mapping)
-    return StrictLoader
 
 
 def _parse_entry(entry, where):
@@ -297,7 +283,7 @@ def _build_entry(where, label, raw, devices_key, filter_key, enabled_key, mig_de
     else:
         enabled = enabled_default
     if not isinstance(enabled, bool):
-        raise ConfigError("%s: %r must be true or false, got %r" % (label, enabled_key, enabled))
+        raise ConfigError("%s: %r must be true or false, got %s" % (label, enabled_key, excerpt(enabled)))
     pinned = ()
     if enabled:
         if mig_devices_key not in raw:
@@ -315,7 +301,8 @@ def _build_entry(where, label, raw, devices_key, filter_key, enabled_key, mig_de
         mig_devices = {}
     parts = ["%s: %s" % (devices_key, _devices_text(devices))]
     if device_filter:
-        parts.append("%s: %s" % (filter_key, ", ".join(_filter_text(f) for f in device_filter)))
+        shown = [_filter_text(f) for f in device_filter[:_SHOWN_ITEMS + 1]]
+        parts.append("%s: %s" % (filter_key, _list_text(shown, len(device_filter))))
     return ConfigEntry("%s (%s)" % (where, "; ".join(parts)), devices, device_filter, enabled, mig_devices, pinned)
 
 
@@ -323,12 +310,13 @@ def _parse_devices(value, label, key):
     if value == "all":
         return "all"
     if not isinstance(value, list):
-        raise ConfigError("%s: %r must be 'all' or a list of GPU indices, got %r" % (label, key, value))
+        raise ConfigError("%s: %r must be 'all' or a list of GPU indices, got %s" % (label, key, excerpt(value)))
     if not value:
         raise ConfigError("%s: %r is an empty list; use 'all' or list GPU indices" % (label, key))
     for index in value:
         if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-            raise ConfigError("%s: %r must list GPU indices (non-negative integers), got %r" % (label, key, index))
+            raise ConfigError("%s: %r must list GPU indices (non-negative integers), got %s"
+                              % (label, key, excerpt(index)))
     if len(set(value)) != len(value):
         raise ConfigError("%s: %r lists a GPU index more than once" % (label, key))
     return tuple(value)
@@ -345,7 +333,8 @@ def _parse_filter(value, label, key):
         subsystem_id = _pci_id_or_none(subsystem) if subsystem else None
         if device_id is None or (subsystem and subsystem_id is None):
             raise ConfigError("%s: %r entries must look like 0xDDDDVVVV (PCI device and vendor id, "
-                              "e.g. 0x20B010DE), optionally followed by :0xSSSSVVVV; got %r" % (label, key, item))
+                              "e.g. 0x20B010DE), optionally followed by :0xSSSSVVVV; got %s"
+                              % (label, key, excerpt(item)))
         parsed.append((device_id, subsystem_id))
     return tuple(parsed)
 
@@ -365,7 +354,7 @@ def _parse_device_list(items, label, key):
                               "'compute_instances'), got %s" % (label, where, _type_name(item)))
         _check_keys(item, DEVICE_ITEM_KEYS, label, where)
         name = _profile_name(item.get("profile"), label, where)
-        if _PROFILE_NAME.match(name).group("c"):
+        if _profile_match(name).group("c"):
             raise ConfigError("%s: %s profile %r is a compute-instance profile; name the GPU instance profile "
                               "and list %r under compute_instances" % (label, where, name, name))
         start, size = _parse_placement(item["placement"], label, where) if "placement" in item else (None, None)
@@ -404,23 +393,30 @@ def _check_keys(item, allowed, label, where):
 
 
 def _profile_name(name, label, where):
-    if not isinstance(name, str) or not _PROFILE_NAME.match(name):
-        raise ConfigError("%s: %s needs 'profile', a MIG profile name such as 3g.40gb or 1c.3g.40gb; got %r"
-                          % (label, where, name))
+    if _profile_match(name) is None:
+        raise ConfigError("%s: %s needs 'profile', a MIG profile name such as 3g.40gb or 1c.3g.40gb; got %s"
+                          % (label, where, excerpt(name)))
     return name
+
+
+def _profile_match(name):
+    """The match of a well-formed profile name, None for anything else."""
+    if not isinstance(name, str) or len(name) > _MAX_PROFILE_CHARS:
+        return None
+    return _PROFILE_NAME.match(name)
 
 
 def _parse_placement(value, label, where):
     if not isinstance(value, Mapping) or "start" not in value:
-        raise ConfigError("%s: %s placement must be a mapping with 'start' (and optionally 'size'), got %r"
-                          % (label, where, value))
+        raise ConfigError("%s: %s placement must be a mapping with 'start' (and optionally 'size'), got %s"
+                          % (label, where, excerpt(value)))
     _check_keys(value, PLACEMENT_KEYS, label, "%s placement" % where)
     numbers = []
     for k in PLACEMENT_KEYS:
         number = value.get(k)
         if k in value and (isinstance(number, bool) or not isinstance(number, int) or number < (0 if k == "start" else 1)):
-            raise ConfigError("%s: %s placement %s must be a %s integer, got %r"
-                              % (label, where, k, "non-negative" if k == "start" else "positive", number))
+            raise ConfigError("%s: %s placement %s must be a %s integer, got %s"
+                              % (label, where, k, "non-negative" if k == "start" else "positive", excerpt(number)))
         numbers.append(number)
     return tuple(numbers)
 
@@ -430,15 +426,15 @@ def _parse_mig_devices(value, label, key):
         raise ConfigError("%s: %r must be a mapping of MIG profile name to count, got %s"
                           % (label, key, _type_name(value)))
     for name, count in value.items():
-        if not isinstance(name, str) or not _PROFILE_NAME.match(name):
-            raise ConfigError("%s: %r has a malformed profile name %r; expected [Nc.]Ng.Mgb[+attr...|-attr], "
-                              "e.g. 3g.20gb, 1c.3g.20gb, 1g.5gb+me" % (label, key, name))
-        match = _PROFILE_NAME.match(name)
+        match = _profile_match(name)
+        if match is None:
+            raise ConfigError("%s: %r has a malformed profile name %s; expected [Nc.]Ng.Mgb[+attr...|-attr], "
+                              "e.g. 3g.20gb, 1c.3g.20gb, 1g.5gb+me" % (label, key, excerpt(name)))
         if match.group("c") and int(match.group("c")) > int(match.group("g")):
             raise ConfigError("%s: %r profile %r has more compute slices than GPU slices" % (label, key, name))
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise ConfigError("%s: %r count for %r must be a non-negative integer, got %r"
-                              % (label, key, name, count))
+            raise ConfigError("%s: %r count for %r must be a non-negative integer, got %s"
+                              % (label, key, name, excerpt(count)))
     if value and not any(value.values()):
         raise ConfigError("%s: %r has only zero counts; use {} for MIG enabled with no devices" % (label, key))
     return dict(value)
@@ -476,7 +472,8 @@ def resolve_targets(entries, gpus, allow_unmatched=False):
             missing = [i for i in entry.devices if i not in by_index]
             if missing and not allow_unmatched:
                 raise ConfigError("%s selects GPU index %s, but this host has %s"
-                                  % (entry.label, ", ".join(str(i) for i in missing), _host_text(by_index)))
+                                  % (entry.label, _list_text([str(i) for i in missing[:_SHOWN_ITEMS + 1]], len(missing)),
+                                     _host_text(by_index)))
             candidates = [by_index[i] for i in entry.devices if i in by_index]
         selected = []
         for gpu in candidates:
@@ -500,6 +497,30 @@ def resolve_targets(entries, gpus, allow_unmatched=False):
     return Resolution(tuple(targets), tuple(unmatched), tuple(skipped))
 
 
+def unmatched_text(entries, gpus):
+    """Why each of ``entries`` (Resolution.unmatched) selects no GPU of ``gpus`` (HostGpu values), for a
+    refusal: the entry's label names its device-filter, and this names the model of each GPU it names."""
+    texts = []
+    for entry in entries[:_SHOWN_ITEMS]:
+        named = [gpu for gpu in gpus if entry.devices == "all" or gpu.index in entry.devices]
+        if not named:
+            texts.append("%s selects no GPU (this host has %s)"
+                         % (entry.label, _host_text({gpu.index: gpu for gpu in gpus})))
+        else:
+            models = [_model_text(gpu) for gpu in named[:_SHOWN_ITEMS + 1]]
+            texts.append("%s is for another GPU model: %s" % (entry.label, _list_text(models, len(named))))
+    if len(entries) > _SHOWN_ITEMS:
+        texts.append("... (%d entries in all)" % len(entries))
+    return "; ".join(texts)
+
+
+def _model_text(gpu):
+    text = "%s has PCI device ID %s" % (gpu.label, _pci_id_or_none(gpu.pci_device_id) or excerpt(gpu.pci_device_id))
+    if gpu.pci_subsystem_id is not None:
+        text += " (subsystem %s)" % (_pci_id_or_none(gpu.pci_subsystem_id) or excerpt(gpu.pci_subsystem_id))
+    return text
+
+
 def _filter_matches(device_filter, gpu):
     device_id = normalize_pci_id(gpu.pci_device_id)
     subsystem_id = normalize_pci_id(gpu.pci_subsystem_id) if gpu.pci_subsystem_id is not None else None
@@ -515,7 +536,7 @@ def normalize_pci_id(value):
     """0xDDDDVVVV in the form used for matching ("0x20B010DE"); accepts an int or a string."""
     normalized = _pci_id_or_none(value)
     if normalized is None:
-        raise ConfigError("not a PCI id (0xDDDDVVVV): %r" % (value,))
+        raise ConfigError("not a PCI id (0xDDDDVVVV): %s" % excerpt(value))
     return normalized
 
 
@@ -536,22 +557,32 @@ def _raw_label(where, devices, device_filter, devices_key="devices", filter_key=
     parts = ["%s: %s" % (devices_key, _devices_text(devices))]
     if device_filter is not None:
         shown = device_filter if isinstance(device_filter, list) else [device_filter]
-        parts.append("%s: %s" % (filter_key, ", ".join(_raw_filter_text(f) for f in shown)))
+        texts = [_raw_filter_text(f) for f in shown[:_SHOWN_ITEMS + 1]]
+        parts.append("%s: %s" % (filter_key, _list_text(texts, len(shown))))
     return "%s (%s)" % (where, "; ".join(parts))
 
 
 def _raw_filter_text(value):
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 0xFFFFFFFF:
         return "0x%08X" % value
-    return str(value)
+    return excerpt(value, quote=False)
 
 
 def _devices_text(devices):
     if devices == "all":
         return "all"
     if isinstance(devices, (list, tuple)):
-        return "[%s]" % ", ".join(str(d) for d in devices)
-    return repr(devices)
+        return "[%s]" % _list_text([excerpt(d) for d in devices[:_SHOWN_ITEMS + 1]], len(devices))
+    return excerpt(devices)
+
+
+def _list_text(texts, count=None):
+    """Texts joined with commas, at most _SHOWN_ITEMS of them; ``count`` is how many there are in all
+    when ``texts`` holds only the first ones."""
+    count = len(texts) if count is None else count
+    if count <= _SHOWN_ITEMS:
+        return ", ".join(texts)
+    return "%s, ... (%d in all)" % (", ".join(texts[:_SHOWN_ITEMS]), count)
 
 
 def _filter_text(item):
@@ -566,7 +597,7 @@ def _host_text(by_index):
 
 
 def _keys_text(keys):
-    return ", ".join(repr(k) for k in keys)
+    return _list_text([excerpt(k) for k in keys[:_SHOWN_ITEMS + 1]], len(keys))
 
 
 def _type_name(value):
@@ -576,4 +607,4 @@ def _type_name(value):
         return "a mapping"
     if isinstance(value, list):
         return "a list"
-    return "%s %r" % (type(value).__name__, value)
+    return "%s %s" % (type(value).__name__, excerpt(value))

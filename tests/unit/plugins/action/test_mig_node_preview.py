@@ -49,6 +49,16 @@ def test_config_names(config, names):
     assert a.config_names(config) == names
 
 
+@pytest.mark.parametrize("config", [
+    "version: v1\nmig-configs: " + "[" * 30000 + "]" * 30000,      # crashed libyaml's C composer
+    "version: v1\nmig-configs: {c: " + "{a: " * 5000 + "0" + "}" * 5001,
+    "version: v1\nmig-configs:\n  a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        "  b%d: &b%d [%s]\n" % (i, i, ", ".join(["*" + ("a" if i == 0 else "b%d" % (i - 1))] * 9)) for i in range(8)),
+])
+def test_config_names_of_hostile_text_is_none_at_once(config):
+    assert a.config_names(config) == []
+
+
 def role_vars(**kw):
     """The mig_node role's variables as the argument spec check returns them (typed, every option present)."""
     base = dict(mig_node_kubernetes=True, mig_node_k8s_node_name="node-1", mig_node_config={}, mig_node_config_file="",

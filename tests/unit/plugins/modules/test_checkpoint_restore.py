@@ -103,6 +103,9 @@ def test_checkpoint_is_refused_on_another_gpu_model(sim_host, run_module, file_d
     digest = file_digest(state)
     result = run_module(mig_config, {"layouts": saved})
     assert result.get("failed") and "no entry of the config selects a GPU on this host" in result["msg"]
+    # The refusal names the checkpoint's filter and the model the GPU is now.
+    assert ("layouts[0] (gpus: [0]; device_filter: 0x233010DE) is for another GPU model: GPU 0 (NVIDIA H200) "
+            "has PCI device ID 0x233510DE") in result["msg"], result["msg"]
     assert file_digest(state) == digest
 
 
