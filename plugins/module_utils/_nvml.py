@@ -758,10 +758,8 @@ def check_program(value, option):
              "shell" % option)
     if value is None or not value.strip():
         raise RefusedError("%s is empty; %s" % (option, usage))
-    syntax = [c for c in _SHELL_SYNTAX if c in value]
-    if syntax:
-        raise RefusedError("%s: %r has shell syntax (%s); %s" % (option, value, " ".join(repr(c) for c in syntax),
-                                                                usage))
+    if _shell_syntax(value):
+        raise RefusedError("%s: %r has shell syntax (%s); %s" % (option, value, _shell_syntax(value), usage))
     if value != value.strip() or len(value.split()) > 1:
         raise RefusedError("%s: %r has spaces or arguments; %s" % (option, value, usage))
     if "/" in value and not os.path.isabs(value):
@@ -791,11 +789,15 @@ def find_program(value, option, directories=SBIN_DIRS, absolute=False):
 def check_command_line(value, option):
     """``value`` when it is a program with arguments that runs without a shell (split as shlex does);
     RefusedError for shell syntax, which would reach the program as literal arguments."""
-    syntax = [c for c in _SHELL_SYNTAX if c in value]
-    if syntax:
+    if _shell_syntax(value):
         raise RefusedError("%s: %r has shell syntax (%s); it takes a program and its arguments, run without a "
-                           "shell" % (option, value, " ".join(repr(c) for c in syntax)))
+                           "shell" % (option, value, _shell_syntax(value)))
     return value
+
+
+def _shell_syntax(value):
+    """The shell characters in ``value``, as repr()s separated by spaces ('' when none)."""
+    return " ".join(repr(c) for c in _SHELL_SYNTAX if c in value)
 
 
 # -- GPU reset ---------------------------------------------------------------
