@@ -19,8 +19,8 @@ from ansible_collections.gpuops.mig.plugins.module_utils._gpu_selection import e
 from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
     MODE_PERSISTENT_ARCHITECTURES,
     RESET_HINTS,
-    busy_devices,
     SBIN_DIRS,
+    busy_devices,
     describe_busy,
     error_name,
     find_program,
