@@ -157,7 +157,8 @@ def test_node_workflow_end_to_end_then_converged_rerun(kube_api, kube_env, tmp_p
     # node-a: GPU Operator style (config name from the node label), a host service holding the GPUs,
     # a GPU pod guarded by a budget that refuses the first evictions.
     a = fleet.add("node-a", "2xA100-SXM4-40GB", node_labels=dict(operand, **{CONFIG: "all-balanced"}),
-                  mig_node_config_file=os.path.join(EXAMPLE, "mig-parted-config.yaml"), mig_node_smoke_test=True)
+                  mig_node_config_file=os.path.join(EXAMPLE, "mig-parted-config.yaml"), mig_node_smoke_test=True,
+                  gpuops_mig_driver_root="")   # empty: not set (auto) to the role, though the modules refuse ""
     sim.set_host(a, add_clients=["nvidia-dcgm"])
     # node-b: a passthrough VM; the GPU reset is refused, so the node reboots (simulated), and the
     # boot-time restore recreates the layout at boot.
