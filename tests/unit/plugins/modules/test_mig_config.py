@@ -206,7 +206,8 @@ def test_a_gpu_instance_that_cannot_be_destroyed_gets_its_compute_instances_back
     result = run_module(mig_config, target)
     assert result["failed"] is True
     assert "destroying GPU instance 1: in use by another client (processes, or services such as " \
-           "nvidia-persistenced, DCGM or nvsm); its 3 compute instance(s) had been destroyed first and were created again at the same profiles and placements (with new MIG device UUIDs), so GPU " \
+           "nvidia-persistenced, DCGM or nvsm); its 3 compute instance(s) had been destroyed first and were " \
+           "created again at the same profiles and placements (with new MIG device UUIDs), so GPU " \
            "instance 1 (3g.40gb, placement 4:4) is whole. The next run continues from here." in result["msg"], \
         result["msg"]
     assert compute_instances_of(state) == before == [(4, [(0, 0), (0, 1), (0, 2)])]
