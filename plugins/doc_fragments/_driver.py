@@ -23,6 +23,7 @@ options:
         and C(lib/aarch64-linux-gnu), and C(nvidia-smi) in its C(/), C(usr/bin), C(usr/sbin), C(bin) and
         C(sbin), as the operator does.
       - When no driver is found, the error names every place that was tried.
+      - An empty value is refused (it names no place); give V(auto), V(/) or a directory.
     type: str
     default: auto
 """

@@ -241,27 +241,70 @@ def _apply_gpu(nvml, item, force_timeout):
         item.done.append({"action": "terminate", "pids": busy_pids})
         if survivors:
             raise NvmlError("processes %s survived SIGKILL" % survivors)
+    # A kept GPU instance's compute instances change in one go (CI placements are inside
+    # the GI, so nothing else frees room for them), and go back as they were on a failure.
     for change in plan.change:
-        for ci in change.destroy:
-            nvml.destroy_compute_instance(index, change.gi.gi_id, ci.ci_id)
-            item.done.append(_step("destroy_ci", item, change.gi, ci))
+        _change_compute_instances(nvml, item, change)
     for gi in plan.destroy:
-        nvml.destroy_gpu_instance(index, gi.gi_id)
+        nvml.destroy_gpu_instance(index, gi.gi_id)   # puts its CIs back if the GI destroy fails
         item.done.append(_step("destroy_gi", item, gi))
-    for change in plan.change:
-        for ci in change.create:
-            nvml.create_compute_instance(index, change.gi.gi_id, ci.profile_id, ci.start)
-            item.done.append(_step("create_ci", item, change.gi, ci))
     for gi in plan.create:
         profile = item.geometry.gi_profile(gi.profile_id)
         gi_id = nvml.create_gpu_instance(index, gi.profile_id, gi.start, profile.memory_slices)
         try:
             for ci in gi.compute_instances:
                 nvml.create_compute_instance(index, gi_id, ci.profile_id, ci.start)
-        except NvmlError:
-            nvml.destroy_gpu_instance(index, gi_id)  # no GPU instance without its devices
-            raise
+        except NvmlError as e:
+            _remove_half_made(nvml, item, gi_id, e)
         item.done.append(_step("create_gi", item, gi, gi_id=gi_id))
+
+
+def _change_compute_instances(nvml, item, change):
+    """Replace compute instances inside a kept GPU instance; on a failure put the old ones back."""
+    gi_id = change.gi.gi_id
+    gone, made = [], []
+    try:
+        for ci in change.destroy:
+            nvml.destroy_compute_instance(item.index, gi_id, ci.ci_id)
+            gone.append(ci)
+            item.done.append(_step("destroy_ci", item, change.gi, ci))
+        for ci in change.create:
+            made.append((ci, nvml.create_compute_instance(item.index, gi_id, ci.profile_id, ci.start)))
+            item.done.append(_step("create_ci", item, change.gi, ci))
+    except NvmlError as e:
+        if not gone and not made:
+            raise
+        raise NvmlError("%s; %s" % (e, _undo_change(nvml, item, change, gone, made)), e.code, e.name) from e
+
+
+def _undo_change(nvml, item, change, gone, made):
+    """Destroy the compute instances just made and create the destroyed ones again; what happened."""
+    where = nvml.describe_gpu_instance(item.index, change.gi.gi_id)
+    try:
+        for ci, ci_id in made:
+            nvml.destroy_compute_instance(item.index, change.gi.gi_id, ci_id)
+            item.done.append(_step("destroy_ci", item, change.gi, ci))
+        for ci in gone:
+            nvml.create_compute_instance(item.index, change.gi.gi_id, ci.profile_id, ci.start)
+            item.done.append(_step("create_ci", item, change.gi, ci))
+    except NvmlError as e:
+        return ("putting its compute instances back as they were failed (%s): %s of %s may be left without some "
+                "of its compute instances until the next run, which creates the ones the layout asks for"
+                % (e, where, item.label))
+    return ("its compute instances were put back as they were (same profiles and placements%s), so %s is whole"
+            % (", new MIG device UUIDs" if gone else "", where))
+
+
+def _remove_half_made(nvml, item, gi_id, error):
+    """Destroy a GPU instance just created whose compute instances could not all be made; raise ``error``."""
+    try:
+        nvml.destroy_gpu_instance(item.index, gi_id)  # no GPU instance without its devices
+    except NvmlError as cleanup:
+        raise NvmlError("%s; removing the new %s again failed too (%s): it is left without some of its compute "
+                        "instances until the next run, which destroys it or creates the ones the layout asks for"
+                        % (error, nvml.describe_gpu_instance(item.index, gi_id), cleanup),
+                        error.code, error.name) from error
+    raise error
 
 
 def _step(action, item, gi, ci=None, gi_id=None):

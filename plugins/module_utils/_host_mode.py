@@ -19,9 +19,11 @@ from ansible_collections.gpuops.mig.plugins.module_utils._gpu_selection import e
 from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
     MODE_PERSISTENT_ARCHITECTURES,
     RESET_HINTS,
+    SBIN_DIRS,
     busy_devices,
     describe_busy,
     error_name,
+    find_program,
     mode_name,
     reset_gpus,
     terminate_processes,
@@ -173,6 +175,38 @@ def _next_run(records):
     if not done:
         return "Nothing was changed; the next run tries again."
     return "Done before the failure: %s. The next run sets the modes still missing." % "; ".join(done)
+
+
+def reset_command(nvml, records, nvidia_smi="nvidia-smi"):
+    """(executable, environment) that reset_pending() runs, checked before any change.
+
+    ``nvidia_smi`` is the configured program (check_program's rules). Under a driver root the
+    root's own nvidia-smi stands in for the default name (Driver.smi_command); otherwise it is
+    looked up in PATH and the sbin directories. When a GPU of ``records`` will be left with a
+    pending mode (an Ampere GPU whose mode changes, or one whose new mode is already pending),
+    a program that is not there or cannot be executed raises RefusedError, so nothing changes
+    for a reset that could not run.
+    """
+    executable, env = nvml.driver.smi_command(nvidia_smi)
+    try:
+        return find_program(executable, "nvidia_smi", SBIN_DIRS), env
+    except RefusedError as e:
+        waiting = [r["label"] for r in records if _reset_expected(r)]
+        if waiting:
+            raise RefusedError("Nothing was changed. %s (reset=true, and %s would wait for a GPU reset)"
+                               % (e, ", ".join(waiting)), details={"gpus": public(records)})
+        return executable, env
+
+
+def _reset_expected(record):
+    """Whether the GPU's mode will still be pending after apply(): what a reset is for."""
+    if record["skipped"]:
+        return False
+    current = 1 if record["mig_mode_before"]["current"] == "enabled" else 0
+    if current == record["desired"]:
+        return False
+    # Hopper and newer switch at once; Ampere keeps the new mode pending until a reset.
+    return not record["needs_set"] or record["architecture"] in MODE_PERSISTENT_ARCHITECTURES
 
 
 def reset_pending(nvml, records, run_command, nvidia_smi):

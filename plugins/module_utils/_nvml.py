@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import shutil
 import traceback
 
 try:
@@ -39,6 +40,7 @@ from ansible_collections.gpuops.mig.plugins.module_utils._errors import (
     DriverNotFound,
     MissingLibrary,
     NvmlError,
+    RefusedError,
 )
 
 SIMULATE_ENV = "GPUOPS_MIG_SIMULATE"
@@ -254,15 +256,25 @@ def _env_file(path):
     return values
 
 
+def check_driver_root(driver_root):
+    """The driver_root setting (None: auto); RefusedError for an empty one, which names no place."""
+    if driver_root is None:
+        return DRIVER_ROOT_AUTO
+    if not driver_root.strip():
+        raise RefusedError("driver_root is empty; use %s, %s or the driver's root directory"
+                           % (DRIVER_ROOT_AUTO, DRIVER_ROOT_HOST))
+    return driver_root
+
+
 def find_driver(driver_root, open_library, host_root=DRIVER_ROOT_HOST):
     """(Driver, library handle) for the driver_root setting; DriverNotFound naming what was tried.
 
     ``open_library(path)`` loads a library as ctypes.CDLL does (OSError when it cannot).
     driver_root: "auto" (or None) tries the host's library path, then the driver
     roots of driver_root_candidates(); "/" means the host's own driver; any other
-    path is a driver root that must hold libnvidia-ml.so.1.
+    path is a driver root that must hold libnvidia-ml.so.1; "" is refused.
     """
-    setting = driver_root or DRIVER_ROOT_AUTO
+    setting = check_driver_root(driver_root)
     if setting in (DRIVER_ROOT_AUTO, DRIVER_ROOT_HOST):
         try:
             return Driver(), open_library(SONAME)
@@ -644,13 +656,61 @@ class Nvml(object):
         self._call("%s: destroying compute instance %d" % (label, ci_id), pynvml.nvmlComputeInstanceDestroy, ci)
 
     def destroy_gpu_instance(self, index, gi_id):
-        """Destroy a GPU instance together with its compute instances (CIs first, as the driver needs)."""
+        """Destroy a GPU instance together with its compute instances (CIs first, as the driver needs).
+
+        When a destroy fails after some of its compute instances are gone, they are created
+        again at their profiles and placements before the NvmlError is raised, so the GPU
+        instance is not left without its MIG devices; the error says how that went.
+        """
         label = self.gpu(index)["label"]
         gi = self._gi_handle(index, gi_id)
-        for ci, info, _profile in self.compute_instance_handles(gi, label):
-            self._call("%s: destroying compute instance %d of GPU instance %d" % (label, info.id, gi_id),
-                       pynvml.nvmlComputeInstanceDestroy, ci)
-        self._call("%s: destroying GPU instance %d" % (label, gi_id), pynvml.nvmlGpuInstanceDestroy, gi)
+        destroyed = []    # (profile id, slice count, start) of each compute instance gone
+        try:
+            for ci, info, profile in self.compute_instance_handles(gi, label):
+                self._call("%s: destroying compute instance %d of GPU instance %d" % (label, info.id, gi_id),
+                           pynvml.nvmlComputeInstanceDestroy, ci)
+                destroyed.append((profile.id, profile.sliceCount, info.placement.start))
+            self._call("%s: destroying GPU instance %d" % (label, gi_id), pynvml.nvmlGpuInstanceDestroy, gi)
+        except NvmlError as e:
+            if not destroyed:
+                raise
+            raise NvmlError("%s; %s" % (e, self._put_back_compute_instances(index, gi_id, destroyed)),
+                            e.code, e.name) from e
+
+    def _put_back_compute_instances(self, index, gi_id, destroyed):
+        """Create the destroyed compute instances of a GPU instance again; what happened, for a person."""
+        label = self.gpu(index)["label"]
+        where = self.describe_gpu_instance(index, gi_id)
+        made = []
+        try:
+            gi = self._gi_handle(index, gi_id)
+            for profile_id, size, start in destroyed:
+                placement = pynvml.c_nvmlComputeInstancePlacement_t()
+                placement.start = start
+                placement.size = size
+                self._call("creating compute instance (profile %d at %d:%d) again" % (profile_id, start, size),
+                           pynvml.nvmlGpuInstanceCreateComputeInstanceWithPlacement, gi, profile_id,
+                           pynvml.byref(placement))
+                made.append(start)
+        except NvmlError as e:
+            return ("its %d compute instance(s) had been destroyed first, and putting them back failed (%s): "
+                    "%s of %s is left with %d of its %d compute instance(s) until the "
+                    "next run, which destroys it or, where the layout keeps it, creates its compute instances"
+                    % (len(destroyed), e, where, label, len(made), len(destroyed)))
+        return ("its %d compute instance(s) had been destroyed first and were created again at the same profiles "
+                "and placements (with new MIG device UUIDs), so %s is whole" % (len(destroyed), where))
+
+    def describe_gpu_instance(self, index, gi_id):
+        """'GPU instance 3 (3g.40gb, placement 4:4)' as far as NVML still tells."""
+        try:
+            info = self._call("reading GPU instance %d" % gi_id, pynvml.nvmlGpuInstanceGetInfo,
+                              self._gi_handle(index, gi_id))
+            names = dict((p["id"], p["name"]) for p in self.gi_profiles(index))
+        except NvmlError:
+            return "GPU instance %d" % gi_id
+        return "GPU instance %d (%s, placement %d:%d)" % (
+            gi_id, names.get(info.profileId, "profile %d" % info.profileId), info.placement.start,
+            info.placement.size)
 
     # -- whole picture -------------------------------------------------------
     def describe(self, index, with_layout=True):
@@ -680,6 +740,64 @@ class Nvml(object):
             if is_error(e, "NVML_ERROR_NOT_SUPPORTED"):
                 return []  # older drivers list profiles only while MIG is enabled
             raise
+
+
+# -- programs the modules run ----------------------------------------------------
+
+# What only a shell gives meaning to; the modules run programs without a shell, so such a
+# value is a mistake (or an attempt to run something else) and is refused.
+_SHELL_SYNTAX = (";", "|", "&", "$", "`", "<", ">", "\n", "\r")
+# Where the host's nvidia-smi may be besides PATH (as AnsibleModule.get_bin_path's opt_dirs).
+SBIN_DIRS = ("/usr/sbin", "/sbin")
+
+
+def check_program(value, option):
+    """``value`` when it names one program (a name to look up in PATH, or an absolute path);
+    RefusedError naming ``option`` otherwise: no arguments, no shell syntax, no relative path."""
+    usage = ("%s takes a single program path (a name looked up in PATH, or an absolute path), run without a "
+             "shell" % option)
+    if value is None or not value.strip():
+        raise RefusedError("%s is empty; %s" % (option, usage))
+    if _shell_syntax(value):
+        raise RefusedError("%s: %r has shell syntax (%s); %s" % (option, value, _shell_syntax(value), usage))
+    if value != value.strip() or len(value.split()) > 1:
+        raise RefusedError("%s: %r has spaces or arguments; %s" % (option, value, usage))
+    if "/" in value and not os.path.isabs(value):
+        raise RefusedError("%s: %r is a relative path; %s" % (option, value, usage))
+    return value
+
+
+def find_program(value, option, directories=SBIN_DIRS, absolute=False):
+    """The absolute path of the executable ``value`` names (check_program's rules), looked up in
+    PATH and then ``directories``; RefusedError when there is none or it cannot be executed
+    (or, with ``absolute``, when ``value`` is a bare name)."""
+    check_program(value, option)
+    if absolute and not os.path.isabs(value):
+        raise RefusedError("%s: %r is not an absolute path; %s takes the absolute path of a program"
+                           % (option, value, option))
+    if os.path.isabs(value):
+        if not os.path.isfile(value) or not os.access(value, os.X_OK):
+            raise RefusedError("%s: %s is not an executable file" % (option, value))
+        return value
+    search = os.pathsep.join([os.environ.get("PATH", os.defpath)] + list(directories))
+    found = shutil.which(value, path=search)
+    if found is None:
+        raise RefusedError("%s: no executable %s in PATH or %s" % (option, value, ", ".join(directories)))
+    return os.path.abspath(found)
+
+
+def check_command_line(value, option):
+    """``value`` when it is a program with arguments that runs without a shell (split as shlex does);
+    RefusedError for shell syntax, which would reach the program as literal arguments."""
+    if _shell_syntax(value):
+        raise RefusedError("%s: %r has shell syntax (%s); it takes a program and its arguments, run without a "
+                           "shell" % (option, value, _shell_syntax(value)))
+    return value
+
+
+def _shell_syntax(value):
+    """The shell characters in ``value``, as repr()s separated by spaces ('' when none)."""
+    return " ".join(repr(c) for c in _SHELL_SYNTAX if c in value)
 
 
 # -- GPU reset ---------------------------------------------------------------

@@ -66,7 +66,11 @@ options:
     type: bool
     default: true
   nvidia_smi:
-    description: The C(nvidia-smi) the restore uses for GPU resets.
+    description:
+      - The C(nvidia-smi) the restore uses for GPU resets.
+      - A single program, a name looked up in E(PATH) at boot or an absolute path; it runs without a shell, so
+        arguments and shell syntax (C(;), C(|), C(&), C($), backticks, C(<), C(>)) are refused before any file
+        is written. It is not looked up now, since a driver container's C(nvidia-smi) is there only after boot.
     type: str
     default: nvidia-smi
   driver_root:
@@ -89,7 +93,10 @@ options:
     default: [kubelet.service, nvidia-persistenced.service, nvidia-fabricmanager.service, nvidia-dcgm.service,
               dcgm.service, dcgm-exporter.service, nvsm.service]
   python:
-    description: The Python that runs the restore at boot. Defaults to the one running this module.
+    description:
+      - The Python that runs the restore at boot. Defaults to the one running this module.
+      - The absolute path of an executable (it becomes the launcher's C(#!) line), checked before any file is
+        written; arguments and shell syntax are refused.
     type: str
   root:
     description: A directory every path below is placed under (a test host's own root); empty for a real host.
@@ -163,7 +170,14 @@ import sys
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _boot_restore as boot_restore
-from ansible_collections.gpuops.mig.plugins.module_utils._nvml import DRIVER_ROOT_AUTO
+from ansible_collections.gpuops.mig.plugins.module_utils._common import fail_from
+from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError
+from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
+    DRIVER_ROOT_AUTO,
+    check_driver_root,
+    check_program,
+    find_program,
+)
 
 
 def paths_of(params):
@@ -181,6 +195,15 @@ def current(path):
             return handle.read(), os.stat(path).st_mode & 0o7777
     except (IOError, OSError):
         return None, None
+
+
+def check_programs(params):
+    """What the restore runs at boot, checked before any file is written. nvidia-smi is not looked
+    up now: under a driver container's root it appears only once the driver is up after boot."""
+    check_driver_root(params["driver_root"])
+    check_program(params["nvidia_smi"], "nvidia_smi")
+    if params["python"] is not None:   # the launcher's #! line: an absolute path
+        find_program(params["python"], "python", absolute=True)
 
 
 def install(module):
@@ -270,6 +293,10 @@ def main():
         supports_check_mode=True,
     )
     if module.params["state"] == "present":
+        try:
+            check_programs(module.params)
+        except GpuopsError as e:
+            fail_from(module, e)
         module.exit_json(**install(module))
     module.exit_json(**remove(module))
 

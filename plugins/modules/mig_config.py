@@ -21,6 +21,11 @@ description:
     largest contiguous free range.
   - It never destroys a MIG device that has processes unless O(force=true); without it the module fails
     before any change, naming the GPU, the device and the PIDs.
+  - An NVML failure part-way leaves no half-made MIG device. A new GPU instance whose compute instances cannot
+    all be created is destroyed again; a GPU instance that cannot be destroyed, or whose compute instances
+    cannot be changed, gets back the compute instances already destroyed, at the same profiles and placements
+    (new MIG device UUIDs). The message says so, or, when that fails too, names the GPU instance left short of
+    compute instances; the next run converges from there (see docs/planner.md).
   - Inline layouts (O(layouts)) may pin GPU instances and their compute instances to exact placements,
     for example to restore the checkpoint M(gpuops.mig.mig_facts) exports (mig-parted's C(restore)).
     Pinned placements are checked against the GPU's possible placements before any change.

@@ -21,8 +21,12 @@ description:
   - Disabling MIG on a GPU that has MIG devices destroys them first. If any of them has processes,
     the module fails before changing anything, naming the GPU, the device and the PIDs, unless
     O(force=true).
-  - Every selected GPU is checked before the first change; a bad selection or a GPU that cannot take
-    the mode changes nothing.
+  - Every selected GPU and every option is checked before the first change; a bad selection, a GPU that
+    cannot take the mode, or an O(nvidia_smi) that could not run the reset changes nothing.
+  - Disabling MIG destroys each GPU instance's compute instances, then the GPU instance. When that fails
+    part-way, the compute instances already destroyed are created again at the same profiles and placements
+    (new MIG device UUIDs) before the module fails, so no GPU instance is left without its MIG devices; if that
+    fails too, the message names the GPU instance left so, and the next run destroys it.
 author:
   - gpuops.mig contributors (@gpuops)
 requirements:
@@ -77,6 +81,12 @@ options:
       - The C(nvidia-smi) used for GPU resets. Looked up in E(PATH) and the usual sbin directories by default.
       - With a driver under a driver root (see O(driver_root)), the root's own C(nvidia-smi) runs with
         E(LD_PRELOAD) set to the root's C(libnvidia-ml.so.1), as the GPU Operator's validator runs it.
+      - A single program, a name or an absolute path. It runs without a shell, so arguments, a relative path and
+        shell syntax (C(;), C(|), C(&), C($), backticks, C(<), C(>)) are refused before any change, in check mode
+        too.
+      - With O(reset=true), when a GPU will wait for a reset (an Ampere GPU whose mode changes, or one whose new
+        mode is already pending), an C(nvidia-smi) that is not there or not executable fails the module before any
+        change.
     type: str
     default: nvidia-smi
   non_capable:
@@ -144,6 +154,7 @@ from ansible_collections.gpuops.mig.plugins.module_utils._common import (
     module_run_command,
     nvml_session,
 )
+from ansible_collections.gpuops.mig.plugins.module_utils._nvml import check_program
 
 
 def main():
@@ -163,18 +174,19 @@ def main():
                            mutually_exclusive=exclusive, required_one_of=exclusive)
     p = module.params
     with nvml_session(module) as nvml:
+        check_program(p["nvidia_smi"], "nvidia_smi")
         if p["mode"] is not None:
             request = host_mode.request_from_selection(nvml, p["mode"], p["gpus"])
         else:
             entries = host_layout.load_entries(p["config"], p["config_file"], p["config_name"], p["layouts"])
             request = host_mode.request_from_config(nvml, entries, p["allow_unmatched"], p["force"])
         records = host_mode.plan(nvml, request, p["force"], p["non_capable"])
+        smi = None
+        if p["reset"]:  # checked before the first change, in check mode too
+            smi = host_mode.reset_command(nvml, records, p["nvidia_smi"])
         host_mode.apply(nvml, records, module.check_mode, p["force_timeout"])
         if p["reset"] and not module.check_mode:
-            smi, env = nvml.driver.smi_command(p["nvidia_smi"])
-            if nvml.driver.root is None:  # the host's own: look in PATH and the sbin directories
-                smi = module.get_bin_path(smi, opt_dirs=["/usr/sbin", "/sbin"]) or smi
-            host_mode.reset_pending(nvml, records, module_run_command(module), (smi, env))
+            host_mode.reset_pending(nvml, records, module_run_command(module), smi)
         result = host_mode.report(nvml, records, module.check_mode)
         if module._diff:
             result["diff"] = host_mode.diff(records)

@@ -47,6 +47,8 @@ options:
     description:
       - A command (run without a shell) that prints the NVIDIA Container Toolkit's version, for example
         C(nvidia-ctk --version). Its version or error is returned in RV(container_toolkit). Leave it out to skip.
+      - A program and its arguments, split as a shell would split words; shell syntax (C(;), C(|), C(&), C($),
+        backticks, C(<), C(>), line breaks) is refused, since no shell runs it.
     type: str
     version_added: 0.2.0
   fail_on_missing_driver:
@@ -148,6 +150,7 @@ from ansible_collections.gpuops.mig.plugins.module_utils._common import (
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import DriverNotFound, GpuopsError, MissingLibrary
 from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
     Nvml,
+    check_command_line,
     facts_without_driver,
     mig_device_counts,
     missing_driver_message,
@@ -254,6 +257,10 @@ def main():
     result = dict(changed=False, mode=None, geometry=None, change=None, wants_mig=None, planned=None, restore=None,
                   container_toolkit=None)
     if p["container_toolkit_command"]:
+        try:
+            check_command_line(p["container_toolkit_command"], "container_toolkit_command")
+        except GpuopsError as e:
+            fail_from(module, e)
         result["container_toolkit"] = container_toolkit(module, p["container_toolkit_command"])
     nvml = Nvml(driver_root=p["driver_root"])
     try:

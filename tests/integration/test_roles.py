@@ -157,7 +157,8 @@ def test_node_workflow_end_to_end_then_converged_rerun(kube_api, kube_env, tmp_p
     # node-a: GPU Operator style (config name from the node label), a host service holding the GPUs,
     # a GPU pod guarded by a budget that refuses the first evictions.
     a = fleet.add("node-a", "2xA100-SXM4-40GB", node_labels=dict(operand, **{CONFIG: "all-balanced"}),
-                  mig_node_config_file=os.path.join(EXAMPLE, "mig-parted-config.yaml"), mig_node_smoke_test=True)
+                  mig_node_config_file=os.path.join(EXAMPLE, "mig-parted-config.yaml"), mig_node_smoke_test=True,
+                  gpuops_mig_driver_root="")   # empty: not set (auto) to the role, though the modules refuse ""
     sim.set_host(a, add_clients=["nvidia-dcgm"])
     # node-b: a passthrough VM; the GPU reset is refused, so the node reboots (simulated), and the
     # boot-time restore recreates the layout at boot.
@@ -363,6 +364,8 @@ def test_preflight_says_what_is_wrong_and_how_to_fix_it(tmp_path):
     fleet.add("old-toolkit", "1xA100-SXM4-40GB", kubernetes=False, mig_preflight_kubernetes=True,
               gpuops_mig_environment_extra={"GPUOPS_SIM_CTK_VERSION": "1.14.0"})
     fleet.add("no-nvml", "1xA100-SXM4-40GB", kubernetes=False, ansible_python_interpreter="/usr/bin/python3")
+    # The modules refuse an empty driver_root; to the roles, as for their other settings, empty is not set.
+    fleet.add("empty-root", "1xH100-SXM5-80GB", kubernetes=False, gpuops_mig_driver_root="")
     playbook = tmp_path / "preflight.yml"
     playbook.write_text(yaml.safe_dump([{
         "name": "Preflight", "hosts": "all", "gather_facts": False,
@@ -370,7 +373,7 @@ def test_preflight_says_what_is_wrong_and_how_to_fix_it(tmp_path):
         "roles": [{"role": "gpuops.mig.mig_preflight"}]}]))
     proc = fleet.run(str(playbook))
     out = proc.stdout + proc.stderr
-    assert proc.recap["good"]["failed"] == 0, output(proc)
+    assert proc.recap["good"]["failed"] == 0 and proc.recap["empty-root"]["failed"] == 0, output(proc)
     assert "good: driver 570.124.06, 2 MIG-capable GPU(s) of 2 (NVIDIA H100 80GB HBM3), NVIDIA Container " \
            "Toolkit 1.17.8." in out
     assert "no-mig: no MIG-capable GPU found (GPUs: NVIDIA A10)" in out

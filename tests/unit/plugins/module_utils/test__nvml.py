@@ -235,3 +235,70 @@ def test_a_simulated_driver_container_is_found_and_its_nvidia_smi_runs_inside_it
     # Without the root's library preloaded, that nvidia-smi cannot start (as the real one).
     failed = _nvml.reset_gpus(["00000000:07:00.0"], run, (smi[0], None))["00000000:07:00.0"]
     assert failed[0] is False and "cannot load libnvidia-ml.so.1" in failed[2]
+
+
+@pytest.mark.parametrize("value", ["", "   ", None])
+def test_an_empty_driver_root_is_refused_not_read_as_auto(tmp_path, value):
+    if value is None:   # no setting at all (the engine's own callers) is auto
+        assert _nvml.check_driver_root(None) == "auto"
+        return
+    with pytest.raises(_nvml.RefusedError) as e:
+        _nvml.find_driver(value, Opener("libnvidia-ml.so.1"), host_root=str(tmp_path))
+    assert str(e.value) == "driver_root is empty; use auto, / or the driver's root directory"
+
+
+def executable(path, mode=0o755):
+    path.write_text("#!/bin/sh\n")
+    path.chmod(mode)
+    return str(path)
+
+
+def test_a_program_option_takes_one_program_without_a_shell(tmp_path, monkeypatch):
+    tool = executable(tmp_path / "nvidia-smi")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert _nvml.check_program("nvidia-smi", "nvidia_smi") == "nvidia-smi"
+    assert _nvml.find_program("nvidia-smi", "nvidia_smi") == tool
+    assert _nvml.find_program(tool, "nvidia_smi") == tool
+    sbin = tmp_path / "sbin"
+    sbin.mkdir()
+    other = executable(sbin / "other-smi")
+    assert _nvml.find_program("other-smi", "nvidia_smi", directories=(str(sbin),)) == other
+
+
+@pytest.mark.parametrize("value, problem", [
+    ("nvidia-smi; touch X", "'nvidia-smi; touch X' has shell syntax (';')"),
+    ("nvidia-smi && reboot", "has shell syntax ('&')"),
+    ("nvidia-smi > /etc/passwd", "has shell syntax ('>')"),
+    ("a\nb", "has shell syntax ('\\n')"),
+    ("nvidia-smi -r", "'nvidia-smi -r' has spaces or arguments"),
+    (" nvidia-smi", "has spaces or arguments"),
+    ("./nvidia-smi", "'./nvidia-smi' is a relative path"),
+    ("", "nvidia_smi is empty"),
+    (None, "nvidia_smi is empty"),
+])
+def test_a_program_option_with_shell_syntax_arguments_or_a_relative_path_is_refused(value, problem):
+    with pytest.raises(_nvml.RefusedError) as e:
+        _nvml.check_program(value, "nvidia_smi")
+    assert problem in str(e.value)
+    assert str(e.value).endswith("nvidia_smi takes a single program path (a name looked up in PATH, or an absolute "
+                                 "path), run without a shell")
+
+
+def test_a_program_that_is_not_there_or_not_executable_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(_nvml.RefusedError) as e:
+        _nvml.find_program("nvidia-smi", "nvidia_smi", directories=("/nonexistent",))
+    assert str(e.value) == "nvidia_smi: no executable nvidia-smi in PATH or /nonexistent"
+    plain = executable(tmp_path / "plain", mode=0o644)
+    for value in (plain, str(tmp_path)):   # not executable; a directory
+        with pytest.raises(_nvml.RefusedError) as e:
+            _nvml.find_program(value, "nvidia_smi")
+        assert str(e.value) == "nvidia_smi: %s is not an executable file" % value
+
+
+def test_a_command_line_option_takes_arguments_but_no_shell_syntax():
+    assert _nvml.check_command_line("nvidia-ctk --version", "cmd") == "nvidia-ctk --version"
+    with pytest.raises(_nvml.RefusedError) as e:
+        _nvml.check_command_line("nvidia-ctk --version | head -1", "cmd")
+    assert str(e.value) == ("cmd: 'nvidia-ctk --version | head -1' has shell syntax ('|'); it takes a program and "
+                            "its arguments, run without a shell")

@@ -114,3 +114,18 @@ def test_the_installed_restore_applies_the_layout_at_boot(sim_host, run_module, 
     assert proc.returncode == 0, proc.stdout + proc.stderr
     gpu = sim.load_state(state)["gpus"][0]
     assert gpu["mig"]["current"] == 1 and len(gpu["gpu_instances"]) == 2
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"nvidia_smi": "nvidia-smi; reboot"}, "nvidia_smi: 'nvidia-smi; reboot' has shell syntax (';')"),
+    ({"nvidia_smi": "nvidia-smi -r"}, "nvidia_smi: 'nvidia-smi -r' has spaces or arguments"),
+    ({"python": "python3"}, "python: 'python3' is not an absolute path; python takes the absolute path of a program"),
+    ({"python": "/nonexistent/python3"}, "python: /nonexistent/python3 is not an executable file"),
+    ({"python": "/usr/bin/python3 -I"}, "python: '/usr/bin/python3 -I' has spaces or arguments"),
+    ({"driver_root": ""}, "driver_root is empty; use auto, / or the driver's root directory"),
+])
+def test_programs_it_would_run_at_boot_are_checked_before_anything_is_written(node, run_module, extra, message):
+    result = run_module(mig_boot_restore, args(node, **extra))
+    assert result["failed"] is True
+    assert result["msg"].startswith(message), result["msg"]
+    assert not os.path.exists(str(node))

@@ -184,3 +184,65 @@ def test_gpus_that_are_not_mig_capable_are_reported_not_touched(sim_host, run_mo
     assert "skipped" not in result      # a top-level 'skipped' would make Ansible ignore changed_when/failed_when
     assert result["skipped_gpus"] == ["GPU 0 (NVIDIA A10) (layouts[0] (gpus: all))"]
     assert [g["index"] for g in result["gpus"]] == [1]
+
+
+# H100: a 3g.40gb at 4:4 split into 1c.3g.40gb x3 (GI profile 9, CI profile 0 at 0, 1, 2).
+THREE_COMPUTE_INSTANCES = [{"gpus": [0], "devices": [
+    {"profile": "3g.40gb", "placement": {"start": 4},
+     "compute_instances": [{"profile": "1c.3g.40gb", "placement": {"start": s}} for s in (0, 1, 2)]}]}]
+
+
+def compute_instances_of(state):
+    return [(gi["start"], sorted((ci["profile_id"], ci["start"]) for ci in gi["compute_instances"]))
+            for gi in sim.load_state(state)["gpus"][0]["gpu_instances"]]
+
+
+def test_a_gpu_instance_that_cannot_be_destroyed_gets_its_compute_instances_back(sim_host, run_module):
+    state = sim_host("1xH100-SXM5-80GB", mig="enabled")
+    assert run_module(mig_config, {"layouts": THREE_COMPUTE_INSTANCES})["changed"] is True
+    before = compute_instances_of(state)
+    sim.add_fault(state, "nvmlGpuInstanceDestroy", "IN_USE")
+    target = {"layouts": [{"gpus": "all", "devices": {"1g.10gb": 7}}]}
+    result = run_module(mig_config, target)
+    assert result["failed"] is True
+    assert "destroying GPU instance 1: in use by another client (processes, or services such as " \
+           "nvidia-persistenced, DCGM or nvsm); its 3 compute instance(s) had been destroyed first and were " \
+           "created again at the same profiles and placements (with new MIG device UUIDs), so GPU " \
+           "instance 1 (3g.40gb, placement 4:4) is whole. The next run continues from here." in result["msg"], \
+        result["msg"]
+    assert compute_instances_of(state) == before == [(4, [(0, 0), (0, 1), (0, 2)])]
+    sim.clear_faults(state)
+    assert devices(run_module(mig_config, target), 0)["mig_devices"] == {"1g.10gb": 7}
+
+
+def test_a_compute_instance_change_that_fails_puts_the_old_ones_back(sim_host, run_module):
+    state = sim_host("1xH100-SXM5-80GB", mig="enabled")
+    assert run_module(mig_config, {"layouts": THREE_COMPUTE_INSTANCES})["changed"] is True
+    before = compute_instances_of(state)
+    sim.add_fault(state, "nvmlGpuInstanceCreateComputeInstanceWithPlacement", "INSUFFICIENT_RESOURCES")
+    whole = {"layouts": [{"gpus": [0], "devices": [{"profile": "3g.40gb", "placement": {"start": 4}}]}]}
+    result = run_module(mig_config, whole)
+    assert result["failed"] is True
+    assert result["failed_part_way"][0]["plan"]["change"], "the GPU instance is kept and its CIs changed"
+    assert "its compute instances were put back as they were (same profiles and placements, new MIG device " \
+           "UUIDs), so GPU instance 1 (3g.40gb, placement 4:4) is whole" in result["msg"], result["msg"]
+    assert compute_instances_of(state) == before
+    sim.clear_faults(state)
+    assert devices(run_module(mig_config, whole), 0)["mig_devices"] == {"3g.40gb": 1}
+    assert compute_instances_of(state) == [(4, [(2, 0)])]
+
+
+def test_a_new_gpu_instance_that_cannot_be_removed_again_is_named(sim_host, run_module):
+    state = sim_host("1xH100-SXM5-80GB", mig="enabled")
+    sim.add_fault(state, "nvmlGpuInstanceCreateComputeInstanceWithPlacement", "INSUFFICIENT_RESOURCES")
+    sim.add_fault(state, "nvmlGpuInstanceDestroy", "UNKNOWN")
+    target = {"layouts": [{"gpus": [0], "devices": [{"profile": "3g.40gb", "placement": {"start": 4}}]}]}
+    result = run_module(mig_config, target)
+    assert result["failed"] is True
+    assert "removing the new GPU instance 1 (3g.40gb, placement 4:4) again failed too (GPU 0 (NVIDIA H100 80GB " \
+           "HBM3, 00000000:07:00.0): destroying GPU instance 1: unknown error reported by the driver): it is left " \
+           "without some of its compute instances until the next run" in result["msg"], result["msg"]
+    assert compute_instances_of(state) == [(4, [])]
+    sim.clear_faults(state)
+    assert devices(run_module(mig_config, target), 0)["mig_devices"] == {"3g.40gb": 1}
+    assert compute_instances_of(state) == [(4, [(2, 0)])]

@@ -1,10 +1,12 @@
 """gpuops.mig.mig_mode through the simulator (pynvml's own code runs)."""
 
+import os
+
 import pytest
 
 import gpuops_mig_sim as sim
 from ansible_collections.gpuops.mig.plugins.module_utils._nvml import Nvml
-from ansible_collections.gpuops.mig.plugins.modules import mig_mode
+from ansible_collections.gpuops.mig.plugins.modules import mig_config, mig_facts, mig_mode, mig_node_info
 
 
 def modes(state):
@@ -166,7 +168,6 @@ def test_missing_privileges_are_reported_as_such(sim_host, run_module):
 
 
 def test_mode_from_a_mig_parted_config(sim_host, run_module):
-    import os
     config = os.path.join(os.path.dirname(__file__), "..", "module_utils", "fixtures", "mig-parted-config.yaml")
     state = sim_host("1xH100-SXM5-80GB,1xA10,1xH100-SXM5-80GB")
     # custom-config names GPUs 3-7, which this host does not have: an error unless allowed.
@@ -220,14 +221,102 @@ def test_a_config_whose_layout_cannot_be_built_is_refused_before_any_mode_change
     assert file_digest(state) == before
 
 
-def test_a_reset_that_cannot_run_says_so_and_asks_for_a_reboot(sim_host, run_module):
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_a_reset_that_could_not_run_is_refused_before_any_change(sim_host, run_module, file_digest, check_mode):
     state = sim_host("1xA100-SXM4-40GB")
-    result = run_module(mig_mode, {"mode": "enabled", "reset": True, "nvidia_smi": "/nonexistent/nvidia-smi"})
-    gpu = result["gpus"][0]
-    assert gpu["reset"]["attempted"] is True and gpu["reset"]["ok"] is False
-    assert gpu["reset"]["reason"] == "cannot_run"
-    assert result["reboot_required"] is True
-    assert modes(state) == [{"current": 0, "pending": 1}]
+    before = file_digest(state)
+    result = run_module(mig_mode, {"mode": "enabled", "reset": True, "nvidia_smi": "/nonexistent/nvidia-smi"},
+                        check_mode=check_mode)
+    assert result["failed"] is True
+    assert result["msg"] == ("Nothing was changed. nvidia_smi: /nonexistent/nvidia-smi is not an executable file "
+                             "(reset=true, and GPU 0 (NVIDIA A100-SXM4-40GB, 00000000:07:00.0) would wait for a "
+                             "GPU reset)")
+    assert file_digest(state) == before
+
+
+def test_a_missing_nvidia_smi_does_not_matter_where_no_reset_is_needed(sim_host, run_module, monkeypatch):
+    state = sim_host("1xH100-SXM5-80GB")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    result = run_module(mig_mode, {"mode": "enabled", "reset": True})   # Hopper switches at once
+    assert result["changed"] is True and result["reset_required"] is False
+    assert modes(state) == [{"current": 1, "pending": 1}]
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+@pytest.mark.parametrize("nvidia_smi, problem", [
+    ("nvidia-smi; touch /tmp/gpuops-mig-pwned", "has shell syntax (';')"),
+    ("nvidia-smi | tee x", "has shell syntax ('|')"),
+    ("$(which nvidia-smi)", "has shell syntax ('$')"),
+    ("`which nvidia-smi`", "has shell syntax ('`')"),
+    ("nvidia-smi -r", "has spaces or arguments"),
+    ("bin/nvidia-smi", "is a relative path"),
+    ("", "nvidia_smi is empty"),
+])
+def test_an_nvidia_smi_that_is_not_a_single_program_is_refused_before_any_change(
+        sim_host, run_module, file_digest, check_mode, nvidia_smi, problem):
+    """A shell never runs nvidia_smi; a value that needs one changes nothing, even without a reset pending."""
+    state = sim_host("2xA100-SXM4-40GB", mig="enabled")
+    make_layout(0, [(9, 0, 4, 2)])
+    before = file_digest(state)
+    result = run_module(mig_mode, {"mode": "disabled", "reset": True, "nvidia_smi": nvidia_smi},
+                        check_mode=check_mode)
+    assert result["failed"] is True
+    assert problem in result["msg"], result["msg"]
+    assert "takes a single program path" in result["msg"] and "without a shell" in result["msg"]
+    assert file_digest(state) == before
+    assert not os.path.exists("/tmp/gpuops-mig-pwned")
+
+
+@pytest.mark.parametrize("module, module_args", [
+    (mig_mode, {"mode": "enabled"}),
+    (mig_config, {"layouts": [{"gpus": "all", "devices": {"3g.40gb": 2}}]}),
+    (mig_facts, {}),
+    (mig_facts, {"fail_on_missing_driver": False}),   # not a missing driver: a setting to correct
+    (mig_node_info, {"fail_on_missing_driver": False}),
+])
+def test_an_empty_driver_root_is_refused(sim_host, run_module, file_digest, module, module_args):
+    state = sim_host("1xH100-SXM5-80GB", mig="enabled")
+    before = file_digest(state)
+    result = run_module(module, dict(module_args, driver_root=""))
+    assert result["failed"] is True
+    assert result["msg"] == "driver_root is empty; use auto, / or the driver's root directory"
+    assert file_digest(state) == before
+
+
+def test_a_gpu_instance_that_cannot_be_destroyed_keeps_its_compute_instances(sim_host, run_module):
+    """Disabling MIG destroys compute instances, then their GPU instance; when that fails they are put back."""
+    state = sim_host("1xH100-SXM5-80GB", mig="enabled")
+    gi = make_layout(0, [(9, 4, 4, 2)])[0]
+    sim.add_fault(state, "nvmlGpuInstanceDestroy", "IN_USE")
+    result = run_module(mig_mode, {"mode": "disabled"})
+    assert result["failed"] is True
+    assert "MIG mode change failed part-way" in result["msg"]
+    assert ("destroying GPU instance %d: in use by another client" % gi) in result["msg"]
+    assert ("its 1 compute instance(s) had been destroyed first and were created again at the same profiles and "
+            "placements (with new MIG device UUIDs), so GPU instance %d (3g.40gb, placement 4:4) is whole" % gi) \
+        in result["msg"]
+    gpu = sim.load_state(state)["gpus"][0]
+    assert [(g["start"], [(c["profile_id"], c["start"]) for c in g["compute_instances"]])
+            for g in gpu["gpu_instances"]] == [(4, [(2, 0)])]
+    assert modes(state) == [{"current": 1, "pending": 1}]
+    assert run_module(mig_mode, {"mode": "disabled"})["changed"] is True
+    assert modes(state) == [{"current": 0, "pending": 0}]
+
+
+def test_when_the_compute_instances_cannot_be_put_back_the_message_names_the_gpu_instance(sim_host, run_module):
+    state = sim_host("1xH100-SXM5-80GB", mig="enabled")
+    gi = make_layout(0, [(9, 4, 4, 2)])[0]
+    sim.add_fault(state, "nvmlGpuInstanceDestroy", "IN_USE")
+    sim.add_fault(state, "nvmlGpuInstanceCreateComputeInstanceWithPlacement", "INSUFFICIENT_RESOURCES")
+    result = run_module(mig_mode, {"mode": "disabled"})
+    assert result["failed"] is True
+    assert ("putting them back failed (creating compute instance (profile 2 at 0:3) again: insufficient resources"
+            in result["msg"]), result["msg"]
+    assert ("GPU instance %d (3g.40gb, placement 4:4) of GPU 0 (NVIDIA H100 80GB HBM3, 00000000:07:00.0) is left "
+            "with 0 of its 1 compute instance(s) until the next run, which destroys it" % gi) in result["msg"]
+    sim.clear_faults(state)
+    assert run_module(mig_mode, {"mode": "disabled"})["changed"] is True
+    assert sim.load_state(state)["gpus"][0]["gpu_instances"] == []
 
 
 def test_a_pinned_placement_the_gpu_cannot_hold_is_refused_before_any_mode_change(sim_host, run_module, file_digest):

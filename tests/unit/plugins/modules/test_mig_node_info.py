@@ -59,6 +59,16 @@ def test_a_layout_that_cannot_be_applied_fails_here(sim_host, run_module, file_d
     assert file_digest(state) == before
 
 
+def test_a_container_toolkit_command_with_shell_syntax_is_refused(sim_host, run_module, tmp_path):
+    sim_host("1xH100-SXM5-80GB")
+    marker = tmp_path / "ran"
+    result = run_module(mig_node_info, {"container_toolkit_command": "nvidia-ctk --version; touch %s" % marker})
+    assert result["failed"] is True
+    assert result["msg"] == ("container_toolkit_command: 'nvidia-ctk --version; touch %s' has shell syntax (';'); it "
+                             "takes a program and its arguments, run without a shell" % marker)
+    assert not marker.exists()
+
+
 def test_without_a_layout_it_reads_the_host_only(sim_host, run_module):
     sim_host("2xH100-SXM5-80GB")
     info = run_module(mig_node_info, {})
