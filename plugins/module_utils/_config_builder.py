@@ -14,6 +14,7 @@ so one file serves a mixed fleet. mig-facts.md section 2.2 describes the rules.
 
 from __future__ import annotations
 
+import json
 import re
 import reprlib
 from collections.abc import Mapping
@@ -96,9 +97,30 @@ def check_pci_id(value, label):
 
 
 def check_profiles(value, label):
-    """supported_profiles, checked and copied as plain values; the GPU's geometry must build from them."""
+    """supported_profiles, checked and copied as plain values; the GPU's geometry must build from them.
+
+    The copy is shared between GPUs that list the same profiles: callers must not change it."""
     if value is None:
         return []
+    try:
+        key = json.dumps(value, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError):   # not JSON: the checks below refuse it
+        key = None
+    if key in _CHECKED_PROFILES:
+        return _CHECKED_PROFILES[key]
+    profiles = _checked_profiles(value, label)
+    if key is not None:
+        if len(_CHECKED_PROFILES) > 64:
+            _CHECKED_PROFILES.clear()
+        _CHECKED_PROFILES[key] = profiles
+    return profiles
+
+
+# A fleet repeats a few models' profile lists thousands of times: each distinct list is checked once.
+_CHECKED_PROFILES = {}
+
+
+def _checked_profiles(value, label):
     if not isinstance(value, list):
         raise ConfigError("%s: supported_profiles must be a list of MIG profiles, got %s" % (label, describe(value)))
     profiles = []
