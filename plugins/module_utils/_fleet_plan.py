@@ -1002,7 +1002,7 @@ def plan_fleet(fleet, demand, policy=None, in_use=None, node_groups=None, exact_
         missing = [n for n in touchable_list if n not in fleet]
         if missing:
             raise PlanInputError("policy nodes names %s, which the fleet does not have (fleet: %s)"
-                                 % (", ".join(map(str, missing)), ", ".join(sorted(fleet))))
+                                 % (", ".join(map(_text, missing)), ", ".join(sorted(fleet))))
     touchable = set(touchable_list) if touchable_list is not None else set(nodes)
     whole_policy = _count(policy.get("whole_gpus", 0), "policy whole_gpus")
     spare = policy.get("spare") or {}
@@ -1272,7 +1272,7 @@ def _pod_name(pod):
 
 def _text(value):
     """A name from the input as it is when it is a short printable string, else escaped and cut."""
-    if isinstance(value, str) and value.isprintable() and len(value) <= 80:
+    if isinstance(value, str) and value.isprintable() and 0 < len(value) <= 80:
         return value
     return describe(value)
 

@@ -88,7 +88,7 @@ def describe(value):
     return builder.describe(value)
 
 
-_ELEMENT_NAMES = {str: "a string", dict: "a mapping", list: "a list"}
+_ELEMENT_NAMES = {str: "a non-empty string", dict: "a mapping", list: "a list"}
 
 
 def require_shapes(args, shapes):
@@ -107,6 +107,6 @@ def require_shapes(args, shapes):
             continue
         items = value.items() if container is dict else enumerate(value)
         for key, item in items:
-            if not isinstance(item, Mapping if element is dict else element):
+            if not isinstance(item, Mapping if element is dict else element) or (element is str and not item):
                 raise RefusedError("%s[%s] must be %s, got %s"
                                    % (name, builder.describe(key), _ELEMENT_NAMES[element], describe(item)))

@@ -52,7 +52,7 @@ def test_facts_and_groups_from_the_inventory():
                                                       "skip_unreachable), got 'nodes=a'"),
     ({"demand": {"1g.10gb": 1}, "hosts": "a,b"}, "hosts must be a list of inventory host names, got 'a,b'"),
     ({"demand": {"1g.10gb": 1}, "node_groups": {"g": "a"}}, "node_groups['g'] must be a list, got 'a'"),
-    ({"demand": {"1g.10gb": 1}, "k8s_node_names": {"k": 5}}, "k8s_node_names['k'] must be a string, got 5"),
+    ({"demand": {"1g.10gb": 1}, "k8s_node_names": {"k": 5}}, "k8s_node_names['k'] must be a non-empty string, got 5"),
     ({"demand": {"1g.10gb": 1}, "single_profile": 5}, "single_profile must be a string, got 5"),
     ({"demand": {"1g.10gb": 1}, "config_label_prefix": ""}, "config_label_prefix must be 1 to 52 letters"),
     ({"demand": {"1g.10gb": 1}, "exact_limit": -1}, "exact_limit must be a non-negative integer"),

@@ -112,7 +112,8 @@ def test_describe_is_short_and_escaped_whatever_the_value():
     ({"gpus": "a=1"}, "gpus must be a list of GPU facts, got 'a=1'"),
     ({"gpus": [{}, "abc"]}, "gpus[1] must be a mapping, got 'abc'"),
     ({"hosts": "gpu-a,gpu-b"}, "hosts must be a list of host names, got 'gpu-a,gpu-b'"),
-    ({"hosts": ["gpu-a", 7]}, "hosts[1] must be a string, got 7"),
+    ({"hosts": ["gpu-a", 7]}, "hosts[1] must be a non-empty string, got 7"),
+    ({"hosts": [""]}, "hosts[0] must be a non-empty string, got ''"),
     ({"policy": ["x"]}, "policy must be a mapping, got ['x']"),
 ])
 def test_require_shapes_names_the_option_and_what_it_got(args, message):
