@@ -10,6 +10,11 @@ maximum count and all-balanced (7-slice GPUs: 2 x 1g + 1 x 2g + 1 x 3g; 4-slice:
 2 x 1g + 1 x 2g; base profiles only, the 1g with the highest maximum count).
 Each entry is per GPU model (device-filter) when the fleet has several models,
 so one file serves a mixed fleet. mig-facts.md section 2.2 describes the rules.
+
+The facts are checked first (check_profiles, check_pci_id: what the planner reuses),
+and build() reads the config's YAML text back with the modules' parser and resolves
+it on one GPU of each model, so no config leaves here that mig_config would refuse.
+describe() is how the planner and the builder show a value from the input in a message.
 """
 
 from __future__ import annotations

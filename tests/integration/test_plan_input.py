@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import gpuops_mig_sim as sim
 import pytest
 import yaml
 
@@ -21,13 +22,14 @@ BIN = os.path.dirname(sys.executable)
 GPUS = [facts(0, "A100-40GB", mig_enabled=False), facts(1, "H100-80GB", [])]
 
 
-def run_playbook(tmp_path, tasks, group_vars):
+def run_playbook(tmp_path, tasks, group_vars, environment=None):
     """The play on one local host; the task results of the json callback, by task name."""
     (tmp_path / "group_vars").mkdir()
     (tmp_path / "group_vars" / "gpu_nodes.yml").write_text(yaml.safe_dump(group_vars))
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {
         "gpu-a": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}}}))
-    play = [{"hosts": "gpu_nodes", "gather_facts": False, "vars": {"play_gpus": GPUS}, "tasks": tasks}]
+    play = [{"hosts": "gpu_nodes", "gather_facts": False, "vars": {"play_gpus": GPUS},
+             "environment": environment or {}, "tasks": tasks}]
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "collections"),
                ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
@@ -54,6 +56,18 @@ def test_generate_config_from_a_literal_play_vars_and_group_vars(tmp_path):
         assert "all-balanced" in parsed.names and len(result["models"]) == 2
         contents.add(result["content"])
     assert len(contents) == 1
+
+
+def test_generate_config_from_the_facts_mig_facts_gathered(tmp_path):
+    state = str(tmp_path / "gpu-a.json")
+    sim.create_state(state, "1xA100-SXM4-40GB,1xA30-24GB", seed="gpu-a")
+    results = run_playbook(tmp_path, [
+        {"name": "facts", "gpuops.mig.mig_facts": {}},
+        {"name": "generate", "gpuops.mig.mig_generate_config": {}, "run_once": True},
+    ], {}, environment={"GPUOPS_MIG_SIMULATE": state, "PYTHONPATH": os.path.join(REPO, "simulator")})
+    assert not results["generate"].get("failed"), results["generate"].get("msg")
+    assert [m["pci_device_id"] for m in results["generate"]["models"]] == ["0x20B010DE", "0x20B710DE"]
+    migparted.load_config(results["generate"]["content"])
 
 
 def test_odd_arguments_fail_the_task_with_a_message(tmp_path):
