@@ -13,11 +13,14 @@ from __future__ import annotations
 import copy
 import types
 
-from ansible._internal._datatag._tags import Origin
 from ansible.errors import AnsibleActionFail
 from hypothesis import strategies as st
 
-ORIGIN = Origin(path="/playbooks/site.yml", line_num=7, col_num=5)
+try:   # ansible-core 2.19 tags values with where they came from
+    from ansible._internal._datatag._tags import Origin
+    _tag = Origin(path="/playbooks/site.yml", line_num=7, col_num=5).tag
+except ImportError:   # older ones wrap strings as AnsibleUnsafeText
+    from ansible.utils.unsafe_proxy import wrap_var as _tag
 
 ODD_TEXT = ["", " ", "0xZZ", "0x20B010DE", "$(reboot)", "`id`", "1g.10gb", "1g.5gb+me", "9g.99gb", "3g.40gb",
             "-1", "7", "seven", "all", "true", "no", "\x1b[31mred", "a\nb", "é", "1e3", "gpu-a", "mixed", "single",
@@ -44,7 +47,7 @@ def tagged(value):
         value = dict((tagged(k), tagged(v)) for k, v in value.items())
     elif isinstance(value, list):
         value = [tagged(v) for v in value]
-    return ORIGIN.tag(value)
+    return _tag(value)
 
 
 def paths(value, prefix=()):
