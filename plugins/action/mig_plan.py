@@ -6,10 +6,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _fleet_plan as fleet_plan
-from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError
+from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError, RefusedError
+from ansible_collections.gpuops.mig.plugins.plugin_utils._plain import describe, plain, require_shapes
 
 ARGUMENT_SPEC = dict(
     demand=dict(type="raw"),
@@ -24,6 +27,17 @@ ARGUMENT_SPEC = dict(
     exact_limit=dict(type="int", default=fleet_plan.EXACT_LIMIT),
     config_label_prefix=dict(type="str", default="gpuops-plan"),
 )
+# Checked before Ansible's own argument checks, which would make ["5"] of 5 and a mapping of "a=1".
+SHAPES = dict(
+    pods=(list, dict, "a list of pod manifests (the resources of kubernetes.core.k8s_info)"),
+    hosts=(list, str, "a list of inventory host names"),
+    fleet=(dict, None, "a mapping of host to its gpuops_mig facts"),
+    policy=(dict, None, "a mapping (nodes, spare, whole_gpus, skip_unreachable)"),
+    node_groups=(dict, list, "a mapping of group name to a list of hosts"),
+    k8s_node_names=(dict, str, "a mapping of Kubernetes node name to inventory host"),
+)
+# Options Ansible's checks would turn from another type into a string (5 -> "5").
+STRINGS = ("strategy", "single_profile", "config_label_prefix")
 
 
 def fleet_from_hostvars(task_vars, hosts):
@@ -46,24 +60,26 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super(ActionModule, self).run(tmp, task_vars)
+        result["changed"] = False
+        try:
+            check_arguments(self._task.args)
+        except GpuopsError as e:
+            return dict(result, failed=True, msg="MIG plan refused, nothing planned: %s" % e)
         dummy, args = self.validate_argument_spec(
             argument_spec=ARGUMENT_SPEC,
             mutually_exclusive=[("hosts", "fleet")],
         )
-        result["changed"] = False
-        if args["fleet"] is not None:
-            fleet = args["fleet"]
-        else:
-            hosts = args["hosts"] if args["hosts"] is not None else task_vars.get("ansible_play_hosts_all", [])
-            fleet = fleet_from_hostvars(task_vars, hosts)
-        node_groups = args["node_groups"]
-        if node_groups is None:
-            node_groups = dict((name, list(members)) for name, members in (task_vars.get("groups") or {}).items())
         try:
-            demand = args["demand"]
-            if isinstance(demand, dict):
-                demand = [{"profile": k, "count": v} for k, v in demand.items()]
-            items = list(demand or [])
+            args = plain(args, "the arguments")
+            if args["fleet"] is not None:
+                fleet = args["fleet"]
+            else:
+                hosts = args["hosts"] if args["hosts"] is not None else task_vars.get("ansible_play_hosts_all", [])
+                fleet = plain(fleet_from_hostvars(task_vars, hosts), "the hosts' gpuops_mig facts")
+            node_groups = args["node_groups"]
+            if node_groups is None:
+                node_groups = plain(task_vars.get("groups") or {}, "the inventory's groups")
+            items = fleet_plan.demand_items(args["demand"])
             in_use, whole_pending, unresolved = {}, 0, []
             if args["pods"] is not None:
                 pod_items, in_use, whole_pending, unresolved = fleet_plan.demand_from_pods(
@@ -84,3 +100,16 @@ class ActionModule(ActionBase):
             mig_parted=plan["mig_parted"],
         )
         return result
+
+
+def check_arguments(args):
+    """Refuse an argument of the wrong shape before Ansible's checks bend it into another."""
+    require_shapes(args, SHAPES)
+    demand = args.get("demand")
+    if demand is not None and not isinstance(demand, (Mapping, list)):
+        raise RefusedError("demand must be a mapping of MIG profile to count, or a list of items; got %s"
+                           % describe(demand))
+    for name in STRINGS:
+        value = args.get(name)
+        if value is not None and not isinstance(value, str):
+            raise RefusedError("%s must be a string, got %s" % (name, describe(value)))

@@ -10,37 +10,70 @@ maximum count and all-balanced (7-slice GPUs: 2 x 1g + 1 x 2g + 1 x 3g; 4-slice:
 2 x 1g + 1 x 2g; base profiles only, the 1g with the highest maximum count).
 Each entry is per GPU model (device-filter) when the fleet has several models,
 so one file serves a mixed fleet. mig-facts.md section 2.2 describes the rules.
+
+The facts are checked first (check_profiles, check_pci_id: what the planner reuses),
+and build() reads the config's YAML text back with the modules' parser and resolves
+it on one GPU of each model, so no config leaves here that mig_config would refuse.
+describe() is how the planner and the builder show a value from the input in a message.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import reprlib
 from collections.abc import Mapping
 
+from ansible_collections.gpuops.mig.plugins.module_utils import _gpu_layout as gpu_layout
+from ansible_collections.gpuops.mig.plugins.module_utils import _host_layout as host_layout
+from ansible_collections.gpuops.mig.plugins.module_utils import _migparted as migparted
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError
 
-__all__ = ["generate_config", "models_from_facts"]
+__all__ = ["build", "generate_config", "models_from_facts", "check_profiles", "check_pci_id", "describe"]
 
 _BASE = re.compile(r"^([0-9]+)g\.[0-9]+gb$")
+# A GPU-instance profile as mig_facts names it: Ng.Mgb, then +attr(.attr) or one -attr (mig-parted's form).
+_GI_PROFILE = re.compile(r"^[1-9][0-9]?g\.[1-9][0-9]{0,3}gb(?:(?:\+[a-z]+(?:\.[a-z]+)*)+|-[a-z]+(?:\.[a-z]+)*)?$")
+# No GPU has more than 8 memory or SM slices; the bound keeps odd facts from costing time.
+_SLICES_MAX = 64
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel = 2
+_SHORT.maxstring = 40
+_SHORT.maxother = 40
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = _SHORT.maxset = 4
+_EXCERPT = 80
+# (key, least, most); NVML's profile IDs are small numbers that differ per model.
+_PROFILE_INTS = (("id", 0, 1023), ("sm_slices", 1, _SLICES_MAX), ("memory_slices", 1, _SLICES_MAX),
+                 ("max_count", 1, _SLICES_MAX))
 
 
 def models_from_facts(gpu_facts):
-    """{pci_device_id: (GPU name, supported_profiles)} for the MIG-capable GPUs, in first-seen order."""
+    """{pci_device_id: (GPU name, supported_profiles)} for the MIG-capable GPUs, in first-seen order.
+
+    The facts are checked as the modules would see the GPU: ConfigError names the GPU and the field."""
+    if not isinstance(gpu_facts, list):
+        raise ConfigError("GPU facts must be a list (gpuops.mig.mig_facts gpus), got %s" % describe(gpu_facts))
     models = {}
     missing = {}
-    for gpu in gpu_facts:
+    for position, gpu in enumerate(gpu_facts):
         if not isinstance(gpu, Mapping):
-            raise ConfigError("GPU facts must be mappings (gpuops.mig.mig_facts gpus), got %r" % (gpu,))
-        if not gpu.get("mig_capable"):
+            raise ConfigError("GPU facts must be mappings (gpuops.mig.mig_facts gpus); item %d is %s"
+                              % (position, describe(gpu)))
+        label = _gpu_label(gpu, position)
+        capable = gpu.get("mig_capable", False)
+        if not isinstance(capable, bool):
+            raise ConfigError("%s: mig_capable must be true or false, got %s" % (label, describe(capable)))
+        if not capable:
             continue
-        pci = str(gpu.get("pci_device_id") or "").upper().replace("0X", "0x")
-        if not pci:
-            raise ConfigError("GPU %s has no pci_device_id in its facts" % gpu.get("index"))
-        profiles = gpu.get("supported_profiles") or []
+        pci = check_pci_id(gpu.get("pci_device_id"), label)
+        name = gpu.get("name", "")
+        if not isinstance(name, str):
+            raise ConfigError("%s: name must be a string, got %s" % (label, describe(name)))
+        profiles = check_profiles(gpu.get("supported_profiles"), label)
         if profiles and pci not in models:
-            models[pci] = (gpu.get("name", ""), profiles)
+            models[pci] = (str(name), profiles)
         elif not profiles:
-            missing.setdefault(pci, gpu.get("name", ""))
+            missing.setdefault(pci, str(name))
     for pci, name in missing.items():
         if pci not in models:
             raise ConfigError("%s (%s) lists no MIG profiles: older drivers (such as 535) list them only while "
@@ -48,6 +81,104 @@ def models_from_facts(gpu_facts):
     if not models:
         raise ConfigError("no MIG-capable GPU in the facts: nothing to generate a config from")
     return models
+
+
+def _gpu_label(gpu, position):
+    index = gpu.get("index")
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise ConfigError("GPU facts item %d: index must be a non-negative integer, got %s" % (position, describe(index)))
+    return "GPU %d" % index
+
+
+def check_pci_id(value, label):
+    """The GPU's PCI device ID as "0xDDDDVVVV"; ConfigError naming the GPU when it is not one."""
+    if value is None or value == "":
+        raise ConfigError("%s has no pci_device_id in its facts" % label)
+    try:
+        return migparted.normalize_pci_id(value)
+    except ConfigError:
+        raise ConfigError("%s: pci_device_id must be a PCI device ID 0xDDDDVVVV (8 hex digits), got %s"
+                          % (label, describe(value)))
+
+
+def check_profiles(value, label):
+    """supported_profiles, checked and copied as plain values; the GPU's geometry must build from them.
+
+    The copy is shared between GPUs that list the same profiles: callers must not change it."""
+    if value is None:
+        return []
+    try:
+        key = json.dumps(value, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError):   # not JSON: the checks below refuse it
+        key = None
+    if key in _CHECKED_PROFILES:
+        return _CHECKED_PROFILES[key]
+    profiles = _checked_profiles(value, label)
+    if key is not None:
+        if len(_CHECKED_PROFILES) > 64:
+            _CHECKED_PROFILES.clear()
+        _CHECKED_PROFILES[key] = profiles
+    return profiles
+
+
+# A fleet repeats a few models' profile lists thousands of times: each distinct list is checked once.
+_CHECKED_PROFILES = {}
+
+
+def _checked_profiles(value, label):
+    if not isinstance(value, list):
+        raise ConfigError("%s: supported_profiles must be a list of MIG profiles, got %s" % (label, describe(value)))
+    profiles = []
+    for i, p in enumerate(value):
+        where = "%s supported_profiles[%d]" % (label, i)
+        if not isinstance(p, Mapping):
+            raise ConfigError("%s must be a mapping (name, id, sm_slices, memory_slices, max_count, placements), "
+                              "got %s" % (where, describe(p)))
+        name = p.get("name")
+        if not isinstance(name, str) or not _GI_PROFILE.match(name):
+            raise ConfigError("%s: name must be a MIG profile name such as 3g.40gb or 1g.10gb+me, got %s"
+                              % (where, describe(name)))
+        profile = {"name": str(name)}
+        for key, least, most in _PROFILE_INTS:
+            number = p.get(key)
+            if isinstance(number, bool) or not isinstance(number, int) or not least <= number <= most:
+                raise ConfigError("%s (%s): %s must be an integer from %d to %d, got %s"
+                                  % (where, name, key, least, most, describe(number)))
+            profile[key] = int(number)
+        if int(name.split("g.", 1)[0]) != profile["sm_slices"]:
+            # mig_facts names a profile <SM slices>g.<memory>gb; anything else is not from a GPU.
+            raise ConfigError("%s: %s names %s SM slices, but its sm_slices is %d"
+                              % (where, name, name.split("g.", 1)[0], profile["sm_slices"]))
+        placements = p.get("placements", [])
+        if (not isinstance(placements, list) or len(placements) > _SLICES_MAX
+                or not all(not isinstance(s, bool) and isinstance(s, int) and 0 <= s < _SLICES_MAX
+                           for s in placements)):
+            raise ConfigError("%s (%s): placements must be a list of memory-slice offsets (0 to %d), got %s"
+                              % (where, name, _SLICES_MAX - 1, describe(placements)))
+        profile["placements"] = [int(s) for s in placements]
+        nvml_name = p.get("nvml_name")
+        if nvml_name is not None:
+            if not isinstance(nvml_name, str) or not _GI_PROFILE.match(nvml_name):
+                raise ConfigError("%s (%s): nvml_name must be a MIG profile name, got %s"
+                                  % (where, name, describe(nvml_name)))
+            profile["nvml_name"] = str(nvml_name)
+        profiles.append(profile)
+    if profiles:
+        try:
+            host_layout.geometry_from_profiles(profiles)
+        except gpu_layout.LayoutError as e:
+            raise ConfigError("%s: its supported_profiles do not describe a GPU: %s" % (label, e))
+    return profiles
+
+
+def describe(value):
+    """A value for a message: its repr (escaped: no control character of the input reaches a console),
+    cut to about 80 characters whatever the value holds."""
+    try:
+        text = _SHORT.repr(value)
+    except Exception:  # a hostile __repr__ must not replace the refusal with its own error
+        text = "<%s>" % type(value).__name__
+    return text if len(text) <= _EXCERPT else text[:_EXCERPT - 3] + "..."
 
 
 def _one_profile_configs(profiles):
@@ -78,7 +209,22 @@ def _balanced(profiles):
 
 def generate_config(gpu_facts):
     """The mig-parted v1 config (a mapping) for the GPUs of these facts."""
+    return build(gpu_facts)["config"]
+
+
+def build(gpu_facts):
+    """{config: the v1 config, content: it as YAML text, models: models_from_facts()}.
+
+    The text is read back with the modules' own parser and every config resolved against each GPU
+    model, so a config that mig_config or mig_mode would refuse is never handed out (ConfigError)."""
     models = models_from_facts(gpu_facts)
+    config = _config(models)
+    content = _yaml_text(config)
+    _check_applies(content, models)
+    return {"config": config, "content": content, "models": models}
+
+
+def _config(models):
     several = len(models) > 1
 
     def entry(pci, enabled, devices=None):
@@ -103,6 +249,36 @@ def generate_config(gpu_facts):
     if balanced:
         configs["all-balanced"] = balanced
     return {"version": "v1", "mig-configs": configs}
+
+
+def _yaml_text(config):
+    try:
+        import yaml
+    except ImportError:  # pragma: no cover - ansible-core depends on PyYAML
+        raise ConfigError("writing the config as YAML needs the PyYAML Python package")
+    return yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
+
+
+def _check_applies(content, models):
+    """Refuse the config when the modules would: parse the text and resolve every config on one GPU per model."""
+    try:
+        parsed = migparted.load_config(content, origin="the generated config")
+        for pci, (name, profiles) in models.items():
+            geometry = host_layout.geometry_from_profiles(profiles)
+            gpu = migparted.HostGpu(index=0, pci_device_id=pci, mig_capable=True, name=name)
+            for config_name in parsed.names:
+                resolution = migparted.resolve_targets(parsed.select(config_name), [gpu])
+                for entry in resolution.unmatched:
+                    if not entry.device_filter:
+                        raise ConfigError("%s selects no GPU of %s" % (entry.label, name or pci))
+                for target in resolution.targets:
+                    if target.mig_enabled:
+                        try:
+                            gpu_layout.validate_target(geometry, target.mig_devices)
+                        except gpu_layout.LayoutError as e:
+                            raise ConfigError("%s on %s (%s): %s" % (target.entry.label, name or pci, pci, e))
+    except ConfigError as e:
+        raise ConfigError("the facts give a config that mig_config would refuse, so none is generated: %s" % e)
 
 
 def _config_order(models):

@@ -36,10 +36,12 @@ from __future__ import annotations
 import hashlib
 import heapq
 import json
+import math
 import re
 from collections.abc import Mapping
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _gpu_layout as layout
+from ansible_collections.gpuops.mig.plugins.module_utils._config_builder import check_pci_id, check_profiles, describe
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError
 from ansible_collections.gpuops.mig.plugins.module_utils import _host_layout as host_layout
 
@@ -47,6 +49,7 @@ __all__ = [
     "PlanInputError",
     "EXACT_LIMIT",
     "geometry_from_profiles",
+    "demand_items",
     "plan_fleet",
     "demand_from_pods",
     "plan_table",
@@ -60,6 +63,12 @@ WHOLE = "<whole GPU>"
 _RESOURCE_PREFIX = "nvidia.com/mig-"
 _WHOLE_RESOURCE = "nvidia.com/gpu"
 _PROFILE = re.compile(r"^(?P<base>[1-9][0-9]*g\.[1-9][0-9]*gb)(?P<attr>(?:[.+-][a-z]+)*)$")
+# config_label_prefix + "-" + 10 hex digits is a Kubernetes label value (63 characters at most) and a config name.
+_LABEL_PREFIX = re.compile(r"^[A-Za-z0-9][-_.A-Za-z0-9]{0,51}$")
+_DIGITS = re.compile(r"^[0-9]{1,18}$")
+# Beyond any GPU (sizes of a demand item); a larger value is a typo, refused rather than reported unmet.
+_MEMORY_GIB_MAX = 1 << 20
+_SLICES_MAX = 64
 
 
 class PlanInputError(GpuopsError):
@@ -131,6 +140,12 @@ class _Gpu(object):
                 value = layout.GpuInstance(gi["id"], gi["profile_id"], gi["placement"]["start"], tuple(cis))
                 gis.append(_Gi(gi["id"], gi["profile_id"], gi["placement"]["start"], profile.memory_slices,
                                profile.sm_slices, tuple(names), bool(busy_devices), busy_devices, value))
+        try:
+            if geometry is not None:
+                layout.validate_layout(geometry, [gi.value for gi in gis])
+        except layout.LayoutError as e:
+            raise PlanInputError("%s GPU %s: its MIG layout in the facts is not one this GPU can have: %s"
+                                 % (node, self.index, e))
         gis.sort(key=lambda g: (g.start, g.profile_id, g.gi_id))
         self.gis = tuple(gis)
 
@@ -159,6 +174,9 @@ def _read_fleet(fleet, skip_unreachable):
     unreachable = []
     geometry_by_model = {}
     raw = {}
+    odd = [node for node in fleet if not isinstance(node, str) or not node or not node.isprintable()]
+    if odd:
+        raise PlanInputError("fleet: node names must be non-empty printable strings, got %s" % describe(odd[0]))
     for node in sorted(fleet):
         facts = fleet[node]
         if isinstance(facts, Mapping) and "gpuops_mig" in facts and "gpus" not in facts:
@@ -166,13 +184,16 @@ def _read_fleet(fleet, skip_unreachable):
         if not isinstance(facts, Mapping) or not isinstance(facts.get("gpus"), list):
             unreachable.append(node)
             continue
-        if facts.get("driver") and not facts["driver"].get("present", True):
-            skipped.append({"node": node, "reason": "no usable NVIDIA driver: %s" % facts["driver"].get("error")})
+        driver = facts.get("driver") or {}
+        if not isinstance(driver, Mapping):
+            raise PlanInputError("%s: driver in the facts must be a mapping, got %s" % (node, describe(driver)))
+        if not driver.get("present", True):
+            skipped.append({"node": node, "reason": "no usable NVIDIA driver: %s" % driver.get("error")})
             continue
-        raw[node] = facts
-        for gpu in facts["gpus"]:
+        raw[node] = [_checked_gpu(node, i, gpu) for i, gpu in enumerate(facts["gpus"])]
+        for gpu in raw[node]:
             if gpu.get("mig_capable") and gpu.get("supported_profiles"):
-                geometry_by_model.setdefault(str(gpu.get("pci_device_id")), gpu["supported_profiles"])
+                geometry_by_model.setdefault(gpu["pci_device_id"], gpu["supported_profiles"])
     if unreachable and not skip_unreachable:
         raise PlanInputError("no MIG facts from %s (unreachable, or gpuops.mig.mig_facts failed there); nothing was "
                              "planned. Fix the node(s), or limit the run to the others (or set "
@@ -180,12 +201,12 @@ def _read_fleet(fleet, skip_unreachable):
     for node in unreachable:
         skipped.append({"node": node, "reason": "no facts (unreachable, or mig_facts failed)"})
     nodes = {}
-    for node, facts in raw.items():
+    for node, node_gpus in raw.items():
         gpus = []
-        for gpu in facts["gpus"]:
+        for gpu in node_gpus:
             if not gpu.get("mig_capable"):
                 continue
-            profiles = gpu.get("supported_profiles") or geometry_by_model.get(str(gpu.get("pci_device_id")))
+            profiles = gpu.get("supported_profiles") or geometry_by_model.get(gpu["pci_device_id"])
             geometry = geometry_from_profiles(profiles) if profiles else None
             item = _Gpu(node, gpu, geometry)
             if geometry is None:
@@ -202,6 +223,71 @@ def _read_fleet(fleet, skip_unreachable):
 # Demand
 # --------------------------------------------------------------------------
 
+def _checked_gpu(node, position, gpu):
+    """One GPU of a node's facts, with what the planner reads checked: a copy, or PlanInputError naming it."""
+    if not isinstance(gpu, Mapping):
+        raise PlanInputError("%s gpus[%d] must be a mapping (a GPU of gpuops.mig.mig_facts), got %s"
+                             % (node, position, describe(gpu)))
+    index = gpu.get("index")
+    if not _is_int(index):
+        raise PlanInputError("%s gpus[%d]: index must be a non-negative integer, got %s"
+                             % (node, position, describe(index)))
+    label = "%s GPU %d" % (node, index)
+    checked = dict(gpu)
+    for key in ("mig_capable", "mig_enabled"):
+        _flag(gpu.get(key, False), "%s: %s" % (label, key))
+    if not isinstance(gpu.get("name", ""), str):
+        raise PlanInputError("%s: name must be a string, got %s" % (label, describe(gpu.get("name"))))
+    if not isinstance(gpu.get("processes") or [], list):
+        raise PlanInputError("%s: processes must be a list, got %s" % (label, describe(gpu.get("processes"))))
+    devices = gpu.get("mig_devices") or {}
+    if not isinstance(devices, Mapping) or not all(isinstance(n, str) for n in devices):
+        raise PlanInputError("%s: mig_devices must be a mapping of MIG device name to count, got %s"
+                             % (label, describe(devices)))
+    if not gpu.get("mig_capable"):
+        return checked
+    try:
+        checked["pci_device_id"] = check_pci_id(gpu.get("pci_device_id"), label)
+        checked["supported_profiles"] = check_profiles(gpu.get("supported_profiles"), label)
+    except GpuopsError as e:
+        raise PlanInputError(str(e))
+    instances = gpu.get("gpu_instances") or []
+    if not isinstance(instances, list):
+        raise PlanInputError("%s: gpu_instances must be a list, got %s" % (label, describe(instances)))
+    for i, gi in enumerate(instances):
+        _check_instance(gi, "%s gpu_instances[%d]" % (label, i))
+        cis = gi.get("compute_instances") or []
+        if not isinstance(cis, list):
+            raise PlanInputError("%s gpu_instances[%d]: compute_instances must be a list, got %s"
+                                 % (label, i, describe(cis)))
+        for j, ci in enumerate(cis):
+            where = "%s gpu_instances[%d] compute_instances[%d]" % (label, i, j)
+            _check_instance(ci, where)
+            processes = ci.get("processes") or []
+            if not isinstance(processes, list) or not all(isinstance(p, Mapping) and _is_int(p.get("pid"))
+                                                          for p in processes):
+                raise PlanInputError("%s: processes must be a list of {pid: integer}, got %s"
+                                     % (where, describe(processes)))
+            for key in ("profile", "mig_device_uuid"):
+                if ci.get(key) is not None and not isinstance(ci.get(key), str):
+                    raise PlanInputError("%s: %s must be a string, got %s" % (where, key, describe(ci.get(key))))
+    return checked
+
+
+def _check_instance(item, where):
+    if not isinstance(item, Mapping):
+        raise PlanInputError("%s must be a mapping, got %s" % (where, describe(item)))
+    placement = item.get("placement")
+    for key, value in (("id", item.get("id")), ("profile_id", item.get("profile_id")),
+                       ("placement start", placement.get("start") if isinstance(placement, Mapping) else None)):
+        if not _is_int(value):
+            raise PlanInputError("%s: %s must be a non-negative integer, got %s" % (where, key, describe(value)))
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def profile_from_resource(resource):
     """nvidia.com/mig-1g.5gb.me -> 1g.5gb+me (the device plugin writes '+' as '.'); None if not MIG."""
     if not resource.startswith(_RESOURCE_PREFIX):
@@ -217,18 +303,31 @@ def profile_from_resource(resource):
 
 
 def _count(value, where):
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, str) and value.strip().isdigit():
-            return int(value.strip())
-        raise PlanInputError("%s: count must be a non-negative integer, got %r" % (where, value))
-    if value < 0:
-        raise PlanInputError("%s: count must be a non-negative integer, got %r" % (where, value))
+    # A string of ASCII digits is a count too (extra vars and surveys give strings).
+    if isinstance(value, str) and _DIGITS.match(value.strip()):
+        return int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise PlanInputError("%s: count must be a non-negative integer, got %s" % (where, describe(value)))
+    return int(value)
+
+
+def _number(value, where, what, most):
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or not 0 < value <= most):
+        raise PlanInputError("%s: %s must be a number above 0 and at most %d, got %s"
+                             % (where, what, most, describe(value)))
     return value
 
 
-def _number(value, where, what):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise PlanInputError("%s: %s must be a positive number, got %r" % (where, what, value))
+def _flag(value, where):
+    if not isinstance(value, bool):
+        raise PlanInputError("%s must be true or false, got %s" % (where, describe(value)))
+    return value
+
+
+def _names(value, where, what="a list of node names"):
+    if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+        raise PlanInputError("%s must be %s, got %s" % (where, what, describe(value)))
     return value
 
 
@@ -280,45 +379,54 @@ def _profile_gib(profile, geometry):
     return int(match.group(1)) if match else 0
 
 
+def demand_items(demand):
+    """The demand option as a list of items: {name: count} becomes [{profile: name, count: count}]."""
+    if demand is None:
+        return []
+    if isinstance(demand, Mapping):
+        return [{"profile": name, "count": count} for name, count in demand.items()]
+    if isinstance(demand, list):
+        return list(demand)
+    raise PlanInputError("demand must be a mapping of MIG profile to count, or a list of items; got %s"
+                         % describe(demand))
+
+
 def _parse_demand(demand, node_groups, policy_spare, strict_default=True):
     """Demand items -> [_Dim]; unknown profiles in explicit demand raise."""
-    items = []
-    if demand is None:
-        demand = []
-    if isinstance(demand, Mapping):
-        for name, count in demand.items():
-            items.append({"profile": name, "count": count})
-    elif isinstance(demand, list):
-        items = list(demand)
-    else:
-        raise PlanInputError("demand must be a mapping of MIG profile to count, or a list of items; got %r"
-                             % (demand,))
+    items = demand_items(demand)
     dims = {}
     order = []
     for i, item in enumerate(items):
         where = "demand[%d]" % i
         if not isinstance(item, Mapping):
-            raise PlanInputError("%s: an item must be a mapping, got %r" % (where, item))
+            raise PlanInputError("%s: an item must be a mapping, got %s" % (where, describe(item)))
         unknown = set(item) - {"profile", "memory_gib", "compute_slices", "count", "nodes", "group", "source",
                                "strict", "spare"}
         if unknown:
             raise PlanInputError("%s: unknown key(s) %s; allowed: profile, memory_gib, compute_slices, count, "
-                                 "nodes, group" % (where, ", ".join(sorted(map(str, unknown)))))
-        count = _count(item.get("count", 1), "%s (%s)" % (where, item.get("profile") or "size"))
-        strict = item.get("strict", strict_default)
+                                 "nodes, group" % (where, ", ".join(sorted(map(repr, unknown)))))
+        label = item.get("profile") if isinstance(item.get("profile"), str) and item.get("profile") else "size"
+        count = _count(item.get("count", 1), "%s (%s)" % (where, label))
+        strict = _flag(item.get("strict", strict_default), "%s: strict" % where)
+        spare = _flag(item.get("spare", False), "%s: spare" % where)
+        source = item.get("source")
+        if source is not None and not isinstance(source, str):
+            raise PlanInputError("%s: source must be a string, got %s" % (where, describe(source)))
         if "profile" in item:
             if "memory_gib" in item or "compute_slices" in item:
                 raise PlanInputError("%s: give a profile or a size (memory_gib, compute_slices), not both" % where)
             name = item["profile"]
             if not isinstance(name, str) or not name:
-                raise PlanInputError("%s: profile must be a MIG profile name such as 1g.10gb, got %r" % (where, name))
+                raise PlanInputError("%s: profile must be a MIG profile name such as 1g.10gb, got %s"
+                                     % (where, describe(name)))
             key = ("profile", name)
-            text = name
+            text = _text(name)
         elif "memory_gib" in item:
-            memory = _number(item["memory_gib"], where, "memory_gib")
+            memory = _number(item["memory_gib"], where, "memory_gib", _MEMORY_GIB_MAX)
             compute = item.get("compute_slices", 1)
-            if isinstance(compute, bool) or not isinstance(compute, int) or compute < 1:
-                raise PlanInputError("%s: compute_slices must be a positive integer, got %r" % (where, compute))
+            if isinstance(compute, bool) or not isinstance(compute, int) or not 1 <= compute <= _SLICES_MAX:
+                raise PlanInputError("%s: compute_slices must be an integer from 1 to %d, got %s"
+                                     % (where, _SLICES_MAX, describe(compute)))
             key = ("size", memory, compute)
             text = ">=%sGiB/%dg" % (memory, compute)
         else:
@@ -326,34 +434,35 @@ def _parse_demand(demand, node_groups, policy_spare, strict_default=True):
         allowed = None
         if item.get("group") is not None:
             group = item["group"]
-            if group not in (node_groups or {}):
-                raise PlanInputError("%s: unknown node group %r" % (where, group))
+            if not isinstance(group, str) or group not in (node_groups or {}):
+                raise PlanInputError("%s: unknown node group %s" % (where, describe(group)))
             allowed = frozenset(node_groups[group])
-            text += " on %s" % group
+            text += " on %s" % _text(group)
         if item.get("nodes") is not None:
-            if not isinstance(item["nodes"], list) or not all(isinstance(n, str) for n in item["nodes"]):
-                raise PlanInputError("%s: nodes must be a list of node names" % where)
+            _names(item["nodes"], "%s: nodes" % where)
             listed = frozenset(item["nodes"])
             allowed = listed if allowed is None else allowed & listed
             if item.get("group") is None:
-                text += " on %s" % ",".join(sorted(listed))
+                text += " on %s" % ",".join(_text(n) for n in sorted(listed))
         dim_key = (key, allowed)
         if dim_key not in dims:
             dims[dim_key] = _Dim(key, text, allowed, strict)
             order.append(dim_key)
         dim = dims[dim_key]
         dim.strict = dim.strict and strict
-        if item.get("spare"):
+        if spare:
             dim.spare += count
         else:
             dim.count += count
-        if item.get("source"):
-            dim.sources.append(item["source"])
+        if source:
+            dim.sources.append(source)
     for name, count in (policy_spare or {}).items():
+        if not isinstance(name, str) or not name:
+            raise PlanInputError("policy spare: keys must be MIG profile names, got %s" % describe(name))
         count = _count(count, "policy spare %s" % name)
         dim_key = (("profile", name), None)
         if dim_key not in dims:
-            dims[dim_key] = _Dim(("profile", name), name, None, True)
+            dims[dim_key] = _Dim(("profile", name), _text(name), None, True)
             order.append(dim_key)
         dims[dim_key].spare += count
     return [dims[k] for k in order]
@@ -877,25 +986,28 @@ def plan_fleet(fleet, demand, policy=None, in_use=None, node_groups=None, exact_
     ``whole_pending`` is the number of whole GPUs pending pods ask for (mixed
     strategy): the plan keeps that many whole GPUs free beside the policy's.
     """
+    if policy is not None and not isinstance(policy, Mapping):
+        raise PlanInputError("policy must be a mapping (nodes, spare, whole_gpus, skip_unreachable), got %s"
+                             % describe(policy))
     policy = dict(policy or {})
     unknown = set(policy) - {"nodes", "spare", "whole_gpus", "skip_unreachable"}
     if unknown:
         raise PlanInputError("policy: unknown key(s) %s; allowed: nodes, spare, whole_gpus, skip_unreachable"
-                             % ", ".join(sorted(unknown)))
-    nodes, skipped = _read_fleet(fleet, bool(policy.get("skip_unreachable")))
+                             % ", ".join(sorted(map(repr, unknown))))
+    _check_options(node_groups, exact_limit, config_label_prefix)
+    nodes, skipped = _read_fleet(fleet, _flag(policy.get("skip_unreachable", False), "policy skip_unreachable"))
     touchable_list = policy.get("nodes")
     if touchable_list is not None:
-        if not isinstance(touchable_list, list):
-            raise PlanInputError("policy nodes must be a list of node names, got %r" % (touchable_list,))
+        _names(touchable_list, "policy nodes")
         missing = [n for n in touchable_list if n not in fleet]
         if missing:
             raise PlanInputError("policy nodes names %s, which the fleet does not have (fleet: %s)"
-                                 % (", ".join(map(str, missing)), ", ".join(sorted(fleet))))
+                                 % (", ".join(map(_text, missing)), ", ".join(sorted(fleet))))
     touchable = set(touchable_list) if touchable_list is not None else set(nodes)
     whole_policy = _count(policy.get("whole_gpus", 0), "policy whole_gpus")
     spare = policy.get("spare") or {}
     if not isinstance(spare, Mapping):
-        raise PlanInputError("policy spare must be a mapping of MIG profile to count, got %r" % (spare,))
+        raise PlanInputError("policy spare must be a mapping of MIG profile to count, got %s" % describe(spare))
     dims = _parse_demand(demand, node_groups, spare)
     in_use = in_use or {}
     if not isinstance(in_use, Mapping):
@@ -923,7 +1035,7 @@ def plan_fleet(fleet, demand, policy=None, in_use=None, node_groups=None, exact_
                     raise PlanInputError("demand %s names no node of the fleet" % dim.text)
             live_dims.append(dim)
             continue
-        why = ("no GPU in the fleet offers MIG profile %s (offered: %s)" % (dim.key[1], ", ".join(offered))
+        why = ("no GPU in the fleet offers MIG profile %s (offered: %s)" % (_text(dim.key[1]), ", ".join(offered))
                if dim.key[0] == "profile" else
                "no MIG profile of any GPU in the fleet has %s GiB and %d compute slices" % dim.key[1:])
         if dim.strict:
@@ -948,6 +1060,22 @@ def plan_fleet(fleet, demand, policy=None, in_use=None, node_groups=None, exact_
 
     return _build(models, dims, choice_by_node, method, skipped, unresolved, whole_policy, whole_pending,
                   whole_free_now, config_label_prefix, exact_limit)
+
+
+def _check_options(node_groups, exact_limit, config_label_prefix):
+    if node_groups is not None:
+        if not isinstance(node_groups, Mapping):
+            raise PlanInputError("node_groups must be a mapping of group name to a list of hosts, got %s"
+                                 % describe(node_groups))
+        for group, members in node_groups.items():
+            _names(members, "node_groups[%s]" % describe(group), "a list of host names")
+    if isinstance(exact_limit, bool) or not isinstance(exact_limit, int) or exact_limit < 0:
+        raise PlanInputError("exact_limit must be a non-negative integer (0: the heuristic at once), got %s"
+                             % describe(exact_limit))
+    if not isinstance(config_label_prefix, str) or not _LABEL_PREFIX.match(config_label_prefix):
+        raise PlanInputError("config_label_prefix must be 1 to 52 letters, digits, '-', '_' or '.', starting with a "
+                             "letter or digit (it begins a Kubernetes label value), got %s"
+                             % describe(config_label_prefix))
 
 
 def _build(models, dims, choice_by_node, method, skipped, unresolved, whole_policy, whole_pending, whole_free_now,
@@ -1099,33 +1227,60 @@ def _gpu_result(gpu, option):
 _FINISHED = ("Succeeded", "Failed")
 
 
-def _pod_requests(pod):
+def _pod_requests(pod, name):
     """{resource: quantity} a pod asks for (limits, else requests; summed over its containers)."""
     out = {}
-    spec = pod.get("spec") or {}
-    for container in spec.get("containers") or []:
-        resources = container.get("resources") or {}
-        asked = dict(resources.get("requests") or {})
-        asked.update(resources.get("limits") or {})
+    spec = _part(pod, "spec", name)
+    containers = spec.get("containers") or []
+    if not isinstance(containers, list):
+        raise PlanInputError("pod %s: spec.containers must be a list, got %s" % (name, describe(containers)))
+    for container in containers:
+        if not isinstance(container, Mapping):
+            raise PlanInputError("pod %s: each container must be a mapping, got %s" % (name, describe(container)))
+        resources = _part(container, "resources", name)
+        asked = dict(_part(resources, "requests", name))
+        asked.update(_part(resources, "limits", name))
         for resource, quantity in asked.items():
+            if not isinstance(resource, str):
+                raise PlanInputError("pod %s: resource names must be strings, got %s" % (name, describe(resource)))
             if resource.startswith(_RESOURCE_PREFIX) or resource == _WHOLE_RESOURCE:
-                try:
-                    out[resource] = out.get(resource, 0) + int(str(quantity))
-                except ValueError:
-                    raise PlanInputError("pod %s asks for %s %r, which is not a whole number"
-                                         % (_pod_name(pod), resource, quantity))
+                if isinstance(quantity, str) and _DIGITS.match(quantity.strip()):
+                    quantity = int(quantity.strip())
+                if isinstance(quantity, bool) or not isinstance(quantity, int):
+                    raise PlanInputError("pod %s asks for %s %s, which is not a whole number"
+                                         % (name, resource, describe(quantity)))
+                out[resource] = out.get(resource, 0) + quantity
     return out
+
+
+def _part(obj, key, name):
+    """obj[key] as a mapping ({} when absent); PlanInputError naming the pod when it is something else."""
+    value = obj.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise PlanInputError("pod %s: %s must be a mapping, got %s" % (name, key, describe(value)))
+    return value
 
 
 def _pod_name(pod):
     meta = pod.get("metadata") or {}
-    return "%s/%s" % (meta.get("namespace", "default"), meta.get("name", "?"))
+    if not isinstance(meta, Mapping):
+        meta = {}
+    return "%s/%s" % (_text(meta.get("namespace", "default")), _text(meta.get("name", "?")))
 
 
-def _single_profile(pod, default):
-    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+def _text(value):
+    """A name from the input as it is when it is a short printable string, else escaped and cut."""
+    if isinstance(value, str) and value.isprintable() and 0 < len(value) <= 80:
+        return value
+    return describe(value)
+
+
+def _single_profile(pod, default, name):
+    selector = _part(_part(pod, "spec", name), "nodeSelector", name)
     product = selector.get("nvidia.com/gpu.product", "")
-    if "-MIG-" in product:
+    if isinstance(product, str) and "-MIG-" in product:
         return product.rsplit("-MIG-", 1)[1]
     return default
 
@@ -1143,8 +1298,17 @@ def demand_from_pods(pods, strategy="mixed", node_names=None, single_profile=Non
     ``node_names`` maps Kubernetes node names to inventory names (default: the same).
     """
     if strategy not in ("mixed", "single"):
-        raise PlanInputError("strategy must be mixed or single, got %r" % (strategy,))
+        raise PlanInputError("strategy must be mixed or single, got %s" % describe(strategy))
     node_names = node_names or {}
+    if not isinstance(node_names, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                      for k, v in node_names.items()):
+        raise PlanInputError("k8s_node_names must be a mapping of Kubernetes node name to inventory host, got %s"
+                             % describe(node_names))
+    if single_profile is not None and (not isinstance(single_profile, str) or not single_profile):
+        raise PlanInputError("single_profile must be a MIG profile name such as 1g.10gb, got %s"
+                             % describe(single_profile))
+    if pods is not None and not isinstance(pods, list):
+        raise PlanInputError("pods must be a list of pod manifests, got %s" % describe(pods))
     demand = {}
     sources = {}
     in_use = {}
@@ -1152,15 +1316,16 @@ def demand_from_pods(pods, strategy="mixed", node_names=None, single_profile=Non
     unresolved = []
     for pod in pods or []:
         if not isinstance(pod, Mapping):
-            raise PlanInputError("pods must be pod manifests (mappings), got %r" % (pod,))
-        status = pod.get("status") or {}
-        if status.get("phase") in _FINISHED:
+            raise PlanInputError("pods must be pod manifests (mappings), got %s" % describe(pod))
+        name = _pod_name(pod)
+        if _part(pod, "status", name).get("phase") in _FINISHED:
             continue
-        asked = _pod_requests(pod)
+        asked = _pod_requests(pod, name)
         if not asked:
             continue
-        node = (pod.get("spec") or {}).get("nodeName")
-        name = _pod_name(pod)
+        node = _part(pod, "spec", name).get("nodeName")
+        if node is not None and not isinstance(node, str):
+            raise PlanInputError("pod %s: spec.nodeName must be a string, got %s" % (name, describe(node)))
         for resource, quantity in sorted(asked.items()):
             if quantity <= 0:
                 continue
@@ -1176,7 +1341,7 @@ def demand_from_pods(pods, strategy="mixed", node_names=None, single_profile=Non
                 if node:
                     profile = _node_single_profile(fleet, node_names.get(node, node))
                 else:
-                    profile = _single_profile(pod, single_profile)
+                    profile = _single_profile(pod, single_profile, name)
                 if profile is None:
                     unresolved.append({"request": resource, "count": quantity, "sources": [name],
                                        "reason": "under the single strategy a pending pod's MIG profile comes from "
@@ -1200,9 +1365,11 @@ def _node_single_profile(fleet, host):
     facts = (fleet or {}).get(host)
     if isinstance(facts, Mapping) and "gpuops_mig" in facts:
         facts = facts["gpuops_mig"]
+    gpus = facts.get("gpus") if isinstance(facts, Mapping) else None
     names = set()
-    for gpu in (facts or {}).get("gpus") or []:
-        names.update((gpu.get("mig_devices") or {}).keys())
+    for gpu in gpus if isinstance(gpus, list) else []:
+        devices = gpu.get("mig_devices") if isinstance(gpu, Mapping) else None
+        names.update(n for n in (devices if isinstance(devices, Mapping) else {}) if isinstance(n, str))
     return names.pop() if len(names) == 1 else None
 
 

@@ -17,6 +17,17 @@ description:
   - With several GPU models every entry has a C(device-filter), so one file serves a mixed fleet.
     The file applies with M(gpuops.mig.mig_mode) and M(gpuops.mig.mig_config) as they are.
   - Runs on the controller (an action plugin).
+  - The GPU facts are checked as the modules would see the GPUs. The task fails naming the GPU and the field unless
+    C(index) is a non-negative integer, C(mig_capable) a boolean, C(pci_device_id) a PCI ID C(0xDDDDVVVV) and
+    C(supported_profiles) a list of mappings, each with C(name) a MIG profile name (C(<g>g.<m>gb), then C(+attr) or
+    one C(-attr)) whose C(<g>) is its C(sm_slices), C(id) an integer from 0 to 1023, C(sm_slices), C(memory_slices)
+    and C(max_count) integers from 1 to 64 and C(placements) offsets from 0 to 63, the whole list describing a GPU.
+  - Before the config is returned, its YAML text is read back with the parser M(gpuops.mig.mig_config) uses and
+    every config is resolved on one GPU of each model; a config the modules would refuse is never returned (the
+    task fails saying why).
+  - "Arguments may come from a literal, play vars, C(group_vars) or a template (ansible-core 2.19's tagged values
+    included). A scalar where a list is expected (C(gpus: 5), C(hosts: gpu-a)) fails the task naming the option.
+    docs/planning.md lists every limit."
 author:
   - gpuops.mig contributors (@gpuops)
 extends_documentation_fragment:
@@ -35,11 +46,13 @@ options:
   hosts:
     description:
       - Inventory hosts whose C(ansible_facts.gpuops_mig) are read (default the play's hosts); each must have them.
+      - A list; a string (even C(a,b)) fails the task.
       - Mutually exclusive with O(gpus).
     type: list
     elements: str
   gpus:
-    description: GPU facts given directly (C(ansible_facts.gpuops_mig.gpus) of one or more hosts).
+    description:
+      - GPU facts given directly (C(ansible_facts.gpuops_mig.gpus) of one or more hosts), a list of mappings.
     type: list
     elements: dict
 seealso:
@@ -54,6 +67,12 @@ EXAMPLES = r"""
   gpuops.mig.mig_generate_config:
   run_once: true
   register: generated
+
+- name: Or from GPU facts kept in vars (a literal list works the same)
+  gpuops.mig.mig_generate_config:
+    gpus: "{{ hostvars['gpu-01'].ansible_facts.gpuops_mig.gpus }}"
+  run_once: true
+  register: generated_one_host
 
 - name: Write it on the controller
   ansible.builtin.copy:

@@ -22,6 +22,10 @@ description:
   - Returns the layouts as inline layouts (what O(gpuops.mig.mig_config#module:layouts) and the roles accept)
     and as a mig-parted v1 config per node, the vars that C(playbooks/site.yml -e @file) applies, a report
     and a table for people.
+  - "Arguments may come from a literal, play vars, C(group_vars), extra vars or a template (ansible-core 2.19's
+    tagged values included). Odd input fails the task naming the option and showing what it got, and nothing is
+    planned. A scalar where a list or a mapping is expected fails (C(demand: 5), C(hosts: gpu-a),
+    C(policy: \"nodes=a\")). docs/planning.md lists every limit."
 author:
   - gpuops.mig contributors (@gpuops)
 extends_documentation_fragment:
@@ -44,13 +48,18 @@ options:
       - "An item is C(profile) (a MIG device name) or a size: C(memory_gib) with C(compute_slices) (default 1),
         mapped per GPU model to its smallest fitting base profile. C(count) (default 1). Optionally C(group)
         (an inventory group, see O(node_groups)) or C(nodes) (a list of inventory hosts) that must supply it."
-      - An unknown profile, a size no GPU has, or a count that is not a non-negative integer fails the task.
+      - An unknown profile, a size no GPU has, or a count that is not a non-negative integer (or a string of up to
+        18 ASCII digits) fails the task; so do C(memory_gib) that is not a finite number above 0 and at most
+        1048576, C(compute_slices) not an integer from 1 to 64, and a C(strict) or C(spare) that is not a boolean.
+      - A count beyond what the fleet can hold is not an error; the report shows it unmet.
     type: raw
   pods:
     description:
       - Pod manifests (the C(resources) of M(kubernetes.core.k8s_info)). Unscheduled pods that are not finished
         add demand; pods bound to a node count as devices in use there (the plan keeps at least that many of the
         profile on the node).
+      - C(spec), C(status) and each container's C(resources), C(limits), C(requests) must be mappings,
+        C(spec.containers) a list, C(spec.nodeName) a string and a MIG or GPU quantity a whole number.
       - A pod asking for a profile no GPU offers is reported under C(report.unresolved), never dropped.
     type: list
     elements: dict
@@ -65,7 +74,7 @@ options:
   single_profile:
     description:
       - Under O(strategy=single), the profile of a pending pod whose nodeSelector C(nvidia.com/gpu.product)
-        does not name one (C(<model>-MIG-<profile>)). Without it such pods are unresolved.
+        does not name one (C(<model>-MIG-<profile>)). Without it such pods are unresolved. Not empty.
     type: str
   hosts:
     description:
@@ -84,22 +93,30 @@ options:
         keep beyond the demand (ranked below the demand); C(whole_gpus) (int) GPUs with MIG off to keep free
         (the plan never takes them below this, nor below what is free now); C(skip_unreachable) (bool) plan without
         nodes that gave no facts.
+      - Another key, C(nodes) not a list of strings, a count that is not a non-negative integer, or a
+        C(skip_unreachable) that is not a boolean (the string V(false) included) fails the task.
     type: dict
     default: {}
   node_groups:
     description:
-      - "Groups for demand items with C(group), C({name: [hosts]}). Default the inventory's groups."
+      - "Groups for demand items with C(group), C({name: [hosts]}), each a list of host names. Default the
+        inventory's groups."
     type: dict
   k8s_node_names:
-    description: Kubernetes node name to inventory host, where they differ.
+    description: Kubernetes node name to inventory host, where they differ (strings).
     type: dict
     default: {}
   exact_limit:
-    description: Work bound (DP relaxations) for the exact search before the heuristic takes over.
+    description:
+      - Work bound (DP relaxations) for the exact search before the heuristic takes over.
+      - C(0) runs the heuristic at once. A negative value fails the task.
     type: int
     default: 400000
   config_label_prefix:
-    description: Prefix of each node's config name (the rest is a digest of its layouts).
+    description:
+      - Prefix of each node's config name (the rest is C(-) and a 10-digit digest of its layouts); the rollout puts
+        the name in the node's C(nvidia.com/mig.config) label.
+      - 1 to 52 letters, digits, C(-), C(_) or C(.), starting with a letter or a digit; anything else fails the task.
     type: str
     default: gpuops-plan
 seealso:

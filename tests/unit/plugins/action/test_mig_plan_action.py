@@ -1,0 +1,88 @@
+"""gpuops.mig.mig_plan's action: arguments as a playbook gives them (tagged by ansible-core 2.19) plan, and
+odd ones are refused with a message naming the option; never a traceback."""
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ansible_collections.gpuops.mig.plugins.action.mig_plan import ActionModule
+from ansible_collections.gpuops.mig.tests.unit.plugins.action.odd_input import (
+    ODD,
+    assert_refused,
+    odd_variant,
+    run_action,
+    tagged,
+)
+from ansible_collections.gpuops.mig.tests.unit.plugins.hypothesis_budget import BUDGET
+from ansible_collections.gpuops.mig.tests.unit.plugins.module_utils.test__fleet_plan_input import (
+    FLEET,
+    GOOD_DEMAND,
+    GOOD_PODS,
+    GOOD_POLICY,
+    GROUPS,
+    assert_valid_plan,
+)
+
+REFUSED = "MIG plan refused, nothing planned"
+
+
+def test_tagged_arguments_plan_and_the_result_dumps_as_yaml():
+    result = run_action(ActionModule, tagged({"demand": {"1g.10gb": 2}, "fleet": FLEET, "node_groups": GROUPS,
+                                              "policy": GOOD_POLICY, "pods": GOOD_PODS}))
+    assert not result.get("failed"), result
+    assert_valid_plan(result["plan"])
+    assert yaml.safe_load(yaml.safe_dump(result["vars"])) == result["vars"]
+
+
+def test_facts_and_groups_from_the_inventory():
+    hostvars = tagged(dict((host, {"ansible_facts": {"gpuops_mig": facts}}) for host, facts in FLEET.items()))
+    task_vars = {"hostvars": hostvars, "ansible_play_hosts_all": ["a", "b"], "groups": tagged(GROUPS)}
+    result = run_action(ActionModule, tagged({"demand": GOOD_DEMAND}), task_vars)
+    assert not result.get("failed"), result
+    assert result["report"]["demand_met"] is True
+
+
+@pytest.mark.parametrize("args, fragment", [
+    ({"demand": 5}, "demand must be a mapping of MIG profile to count, or a list of items; got 5"),
+    ({"demand": "1g.10gb"}, "demand must be a mapping of MIG profile to count, or a list of items; got '1g.10gb'"),
+    ({"demand": {"1g.10gb": 1}, "pods": "p"}, "pods must be a list of pod manifests"),
+    ({"demand": {"1g.10gb": 1}, "pods": [5]}, "pods[0] must be a mapping, got 5"),
+    ({"demand": {"1g.10gb": 1}, "policy": "nodes=a"}, "policy must be a mapping (nodes, spare, whole_gpus, "
+                                                      "skip_unreachable), got 'nodes=a'"),
+    ({"demand": {"1g.10gb": 1}, "hosts": "a,b"}, "hosts must be a list of inventory host names, got 'a,b'"),
+    ({"demand": {"1g.10gb": 1}, "node_groups": {"g": "a"}}, "node_groups['g'] must be a list, got 'a'"),
+    ({"demand": {"1g.10gb": 1}, "k8s_node_names": {"k": 5}}, "k8s_node_names['k'] must be a non-empty string, got 5"),
+    ({"demand": {"1g.10gb": 1}, "single_profile": 5}, "single_profile must be a string, got 5"),
+    ({"demand": {"1g.10gb": 1}, "config_label_prefix": ""}, "config_label_prefix must be 1 to 52 letters"),
+    ({"demand": {"1g.10gb": 1}, "exact_limit": -1}, "exact_limit must be a non-negative integer"),
+    ({"demand": {"1g.10gb": -1}}, "count must be a non-negative integer, got -1"),
+])
+def test_odd_arguments_are_refused_naming_the_option(args, fragment):
+    args = dict({"fleet": FLEET, "node_groups": GROUPS}, **args)
+    assert_refused(run_action(ActionModule, tagged(args)), REFUSED, fragment)
+
+
+def assert_plan_or_refusal(outcome):
+    if outcome.get("failed"):
+        # Ansible's own argument check (an unknown option, "x" for an int...) raises AnsibleActionFail.
+        assert_refused(outcome, *(() if outcome.get("raised") else (REFUSED,)))
+        return
+    assert_valid_plan(outcome["plan"])
+    yaml.safe_dump(outcome["vars"])
+
+
+ARGS = {"demand": GOOD_DEMAND, "fleet": FLEET, "node_groups": GROUPS, "policy": GOOD_POLICY, "pods": GOOD_PODS,
+        "strategy": "mixed", "exact_limit": 1000, "config_label_prefix": "gpuops-plan", "k8s_node_names": {}}
+
+
+@BUDGET
+@given(args=st.one_of(odd_variant(ARGS), odd_variant(dict(ARGS, strategy="single", single_profile="1g.10gb")),
+                      st.dictionaries(st.sampled_from(sorted(ARGS)), ODD, max_size=4)),
+       as_tagged=st.booleans())
+def test_any_arguments_give_a_valid_plan_or_a_refusal(args, as_tagged):
+    if not isinstance(args, dict):
+        args = {"demand": args}
+    if "fleet" not in args and "hosts" not in args:
+        args["fleet"] = FLEET
+    assert_plan_or_refusal(run_action(ActionModule, tagged(args) if as_tagged else args))
