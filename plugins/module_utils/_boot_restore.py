@@ -255,10 +255,9 @@ def _who_can_change(path, st, uid):
         return "%s is owned by uid %d, not by root%s" % (path, st.st_uid, "" if uid == 0 else " or uid %d" % uid)
     # A sticky directory (/tmp) lets others add entries, never replace or remove another's.
     sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
-    if st.st_mode & 0o022 and not sticky:
-        return "%s is writable by %s (mode %04o)" % (path, "group and others" if st.st_mode & 0o002 and st.st_mode & 0o020
-                                                     else "others" if st.st_mode & 0o002 else "its group",
-                                                     stat.S_IMODE(st.st_mode))
+    writers = [who for bit, who in ((0o020, "its group"), (0o002, "others")) if st.st_mode & bit]
+    if writers and not sticky:
+        return "%s is writable by %s (mode %04o)" % (path, " and ".join(writers), stat.S_IMODE(st.st_mode))
     return None
 
 

@@ -209,7 +209,7 @@ def test_a_directory_others_can_write_to_is_refused_and_nothing_is_written(sim_h
     shared.chmod(0o777)
     result = run_module(mig_boot_restore, args(shared / "node"))
     assert result["failed"] is True
-    assert "is writable by group and others (mode 0777)" in result["msg"] and str(shared) in result["msg"], result["msg"]
+    assert "is writable by its group and others (mode 0777)" in result["msg"] and str(shared) in result["msg"], result["msg"]
     assert "Nothing was changed" in result["msg"]
     assert list(shared.iterdir()) == []
     shared.chmod(0o775)
@@ -227,7 +227,7 @@ def test_an_interpreter_others_can_change_is_refused(sim_host, run_module, node,
     result = run_module(mig_boot_restore, args(node, python=str(bin_dir / "python")))
     assert result["failed"] is True and not node.exists()
     assert "would run %s at boot as root" % (bin_dir / "python") in result["msg"], result["msg"]
-    assert "%s is writable by group and others" % bin_dir in result["msg"], result["msg"]
+    assert "%s is writable by its group and others" % bin_dir in result["msg"], result["msg"]
     result = run_module(mig_boot_restore, args(node, python="python3"))
     assert result["failed"] is True and "is not an absolute path" in result["msg"], result["msg"]
 
