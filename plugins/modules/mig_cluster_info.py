@@ -20,9 +20,10 @@ description:
   - Every object comes without C(metadata.managedFields), the API server's field bookkeeping. Every node's
     preview is handed what this returns, so its size is paid once per node.
   - The ConfigMaps that may hold a MIG config, each read by its name, never by listing a namespace (other
-    ConfigMaps there, C(kube-system/aws-auth) say, may hold credentials): the ones named in O(configmaps), and
-    whenever a ClusterPolicy is found, the GPU Operator's mig-manager config (the ConfigMap the ClusterPolicy
-    names, else C(<node>-mig-config) for each node of O(operator_config_nodes) and C(default-mig-parted-config)).
+    ConfigMaps there, C(kube-system/aws-auth) say, may hold credentials). These are the ones named in
+    O(configmaps), and whenever a ClusterPolicy is found, the GPU Operator's mig-manager config (the ConfigMap the
+    ClusterPolicy names, else C(<node>-mig-config) for each node of O(operator_config_nodes) and
+    C(default-mig-parted-config)).
   - What it returns holds cluster data; register it with C(no_log) where job logs are kept (AWX job events), as
     the M(gpuops.mig.mig_node) role does.
   - A kind the cluster does not serve (no ClusterPolicy CRD where the GPU Operator is not installed) reads as
