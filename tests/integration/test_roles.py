@@ -321,6 +321,15 @@ def test_a_failed_drain_leaves_the_boot_time_restore_of_the_layout_the_node_hold
     assert fleet.digest("node-p") == before                      # the GPUs are untouched
     assert desired.read_text() == old                            # and so is their restore
 
+    # MIG off once the budget lets the pod go: the restore is removed inside the window too.
+    kube_api.set_status("PodDisruptionBudget", "db", {"disruptionsAllowed": 1, "currentHealthy": 1,
+                                                      "desiredHealthy": 0, "expectedPods": 1}, "default")
+    off = fleet.run("playbooks/disable.yml", {"mig_node_drain_retry_delay": 1})
+    assert off.recap["node-p"]["failed"] == 0, output(off)
+    assert [g["mig"] for g in sim.load_state(fleet.state_path("node-p"))["gpus"]] == [{"current": 0, "pending": 0}]
+    assert not desired.exists() and not (fleet.dir / "node-p" / "etc" / "systemd" / "system" /
+                                         "gpuops-mig-restore.service").exists()
+
 
 def test_node_check_mode_changes_nothing(kube_api, kube_env, tmp_path):
     """--check predicts the change and touches neither the GPUs, the node, nor the host's files."""
