@@ -37,8 +37,11 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _errors as errors
@@ -94,6 +97,7 @@ def launcher(python, engine_dir):
             "# gpuops-mig-restore, installed by gpuops.mig.mig_boot_restore: restores the MIG mode and layout\n"
             "# at boot with the engine copy under %s (see its _boot_restore.py).\n"
             "import sys\n"
+            "sys.dont_write_bytecode = True  # the engine dir holds what was installed, nothing else\n"
             "sys.path.insert(0, %r)\n"
             "from %s import main\n"
             "sys.exit(main(sys.argv[1:]))\n" % (python, engine_dir, engine_dir, ENTRY))
@@ -210,6 +214,265 @@ def installed_stamp(config_dir):
             return json.load(handle).get("installed")
     except (IOError, OSError, ValueError, AttributeError):
         return None
+
+
+# -- only root can change what runs at boot ------------------------------------------
+# The unit runs the engine as root at every boot, so every file of it, the directories it lies
+# in and the interpreter must be root's alone (the running user's where the module runs
+# unprivileged, in tests). The restore's own directories (config_dir, lib_dir and the package
+# under it) are brought to that; any other directory on the way, and the interpreter, are
+# checked and refused when another user could change them.
+
+DIR_MODE = 0o755
+_MAX_LINKS = 40
+
+
+def own_dirs(files, paths):
+    """The directories that belong to the restore: config_dir, lib_dir and every directory under lib_dir
+    holding one of its files (lib_dir is the restore's alone: anything else in it is removed)."""
+    found = set([paths["config_dir"], paths["lib_dir"]])
+    for path in files:
+        directory = os.path.dirname(path)
+        while is_under(directory, paths["lib_dir"]) and directory not in found:
+            found.add(directory)
+            directory = os.path.dirname(directory)
+    return found
+
+
+def is_under(path, top):
+    return path.startswith(top.rstrip("/") + "/")
+
+
+def _prefixes(path):
+    """"/", "/a", "/a/b" for "/a/b"."""
+    parts = [part for part in os.path.normpath(path).split("/") if part]
+    return ["/"] + ["/" + "/".join(parts[:depth]) for depth in range(1, len(parts) + 1)]
+
+
+def _who_can_change(path, st, uid):
+    """Why a user other than root and uid could change what lies at path (its stat st), or None."""
+    if st.st_uid not in (0, uid):
+        return "%s is owned by uid %d, not by root%s" % (path, st.st_uid, "" if uid == 0 else " or uid %d" % uid)
+    # A sticky directory (/tmp) lets others add entries, never replace or remove another's.
+    sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
+    writers = [who for bit, who in ((0o020, "its group"), (0o002, "others")) if st.st_mode & bit]
+    if writers and not sticky:
+        return "%s is writable by %s (mode %04o)" % (path, " and ".join(writers), stat.S_IMODE(st.st_mode))
+    return None
+
+
+def unsafe_directories(directory, uid, skip=()):
+    """Why another user than root and uid could change what lies under directory (one of it or the directories
+    above it, as given and as resolved, is theirs or writable by group or others), or None. Directories in skip
+    (the restore's own, brought to root's) and the ones not there yet (created root's) are not checked."""
+    chains = [_prefixes(directory), _prefixes(os.path.realpath(directory))]
+    for prefix in chains[0] + [p for p in chains[1] if p not in chains[0]]:
+        if prefix in skip:
+            continue
+        try:
+            st = os.stat(prefix)
+        except FileNotFoundError:
+            break
+        except OSError as e:
+            return "%s cannot be read: %s" % (prefix, e.strerror)
+        if not stat.S_ISDIR(st.st_mode):
+            return "%s is not a directory" % prefix
+        why = _who_can_change(prefix, st, uid)
+        if why:
+            return why
+    return None
+
+
+def unsafe_interpreter(python, uid):
+    """Why another user than root and uid could change the interpreter the unit runs (the file, a link on the way
+    to it, or a directory above any of them), or None."""
+    if not os.path.isabs(python):
+        return "the interpreter %s is not an absolute path" % python
+    path = python
+    for _hop in range(_MAX_LINKS):
+        why = unsafe_directories(os.path.dirname(path), uid)
+        if why:
+            return why
+        if not os.path.islink(path):
+            break
+        path = os.path.join(os.path.dirname(path), os.readlink(path))
+    else:
+        return "the interpreter %s: too many symbolic links" % python
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return "the interpreter %s cannot be used: %s" % (python, e.strerror)
+    if not stat.S_ISREG(st.st_mode) or not st.st_mode & 0o111:
+        return "the interpreter %s is not an executable file" % python
+    return _who_can_change(path, st, uid)
+
+
+def refuse_unsafe(files, paths, python, uid):
+    """Raise RefusedError, before any change, when another user than root and uid could change what the unit
+    runs at boot: a directory on the way to one of the restore's files that is not the restore's own, or the
+    interpreter (python; None for a removal)."""
+    skip = own_dirs(files, paths)
+    for directory in sorted(set(os.path.dirname(path) for path in files) | skip):
+        why = unsafe_directories(directory, uid, skip)
+        if why:
+            raise errors.RefusedError("The boot-time restore is not installed under %s: %s, so another user than root "
+                                      "could change what runs as root at boot. Nothing was changed; use a directory "
+                                      "only root can write to." % (directory, why))
+    why = python and unsafe_interpreter(python, uid)
+    if why:
+        raise errors.RefusedError("The boot-time restore would run %s at boot as root, but %s: another user than root "
+                                  "could change it. Nothing was changed; give a Python only root can change "
+                                  "(mig_boot_restore's python, mig_node_persist_python)." % (python, why))
+
+
+def _installed_file(path):
+    """(sha256 hex digest or None, stat or None) of what lies at path, read without following a symbolic link
+    (a link, a directory: no digest)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        try:
+            return None, os.lstat(path)
+        except OSError:
+            return None, None
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(handle.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            return None, st
+        return hashlib.sha256(handle.read()).hexdigest(), st
+
+
+def _mismatch(st, mode, uid, gid):
+    if stat.S_IMODE(st.st_mode) != mode:
+        return "mode %04o, not %04o" % (stat.S_IMODE(st.st_mode), mode)
+    if (st.st_uid, st.st_gid) != (uid, gid):
+        return "owned by %d:%d, not %d:%d" % (st.st_uid, st.st_gid, uid, gid)
+    return None
+
+
+def drift(files, paths, uid, gid):
+    """What on the host differs from the restore files ({path: (content, mode)}) describe, as {path: why}: a file's
+    content (by its sha256), mode or owner, something other than a regular file, the restore's own directories'
+    mode and owner, and entries under lib_dir that are not part of it. Empty when the restore is in step."""
+    found = {}
+    own = own_dirs(files, paths)
+    for directory in sorted(own):
+        try:
+            st = os.lstat(directory)
+        except OSError:
+            found[directory] = "missing"
+            continue
+        found[directory] = ("not a directory" if not stat.S_ISDIR(st.st_mode)
+                            else _mismatch(st, DIR_MODE, uid, gid))
+    for path, (content, mode) in sorted(files.items()):
+        digest, st = _installed_file(path)
+        if st is None:
+            found[path] = "missing"
+        elif digest is None:
+            found[path] = "not a regular file"
+        elif digest != hashlib.sha256(content.encode("utf-8")).hexdigest():
+            found[path] = "content differs"
+        else:
+            found[path] = _mismatch(st, mode, uid, gid)
+    for path in strays(files, paths, own):
+        found[path] = "not part of the restore"
+    return dict((path, why) for path, why in found.items() if why)
+
+
+def strays(files, paths, own=None):
+    """Entries under lib_dir that are not the restore's (the launcher puts lib_dir first on the path: a module
+    there would run as root at boot)."""
+    own = own_dirs(files, paths) if own is None else own
+    found = []
+    for top, dirs, names in os.walk(paths["lib_dir"]):
+        for name in list(dirs):
+            path = os.path.join(top, name)
+            if path not in own:
+                found.append(path)
+                dirs.remove(name)   # removed as a whole
+        found.extend(os.path.join(top, name) for name in names if os.path.join(top, name) not in files)
+    return sorted(found)
+
+
+def write_file(path, content, mode, uid, gid):
+    """Write path whole, owned uid:gid with mode: a new file of a name no one can guess (mkstemp, which never
+    follows a link) in the same directory, renamed over path (a link there is replaced, not followed)."""
+    fd, scratch = tempfile.mkstemp(dir=os.path.dirname(path), prefix="." + os.path.basename(path) + ".")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            os.fchown(handle.fileno(), uid, gid)
+            os.fchmod(handle.fileno(), mode)
+            handle.write(content)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(scratch, path)
+    except BaseException:
+        try:
+            os.unlink(scratch)
+        except OSError:
+            pass
+        raise
+
+
+def _own_dir(directory, uid, gid):
+    """Create the restore's own directory, or bring an existing one to uid:gid, DIR_MODE (never through a link)."""
+    os.makedirs(os.path.dirname(directory), mode=DIR_MODE, exist_ok=True)
+    try:
+        os.mkdir(directory, DIR_MODE)
+    except FileExistsError:
+        pass
+    st = os.lstat(directory)
+    if not stat.S_ISDIR(st.st_mode):
+        raise errors.RefusedError("%s is not a directory (a link, say): the boot-time restore keeps its files in a "
+                                  "directory of its own there. Remove it and run again." % directory)
+    if (st.st_uid, st.st_gid) != (uid, gid):
+        os.chown(directory, uid, gid, follow_symlinks=False)
+    if stat.S_IMODE(st.st_mode) != DIR_MODE:
+        os.chmod(directory, DIR_MODE)
+
+
+def _remove(path):
+    st = os.lstat(path)
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+
+
+def install_files(files, paths, uid, gid, dry_run=False):
+    """Bring the host's restore files in step with files: (written, removed). Written: the files and the own
+    directories created or brought back to their owner and mode, the desired state last (its stamp says the
+    rest is in place); removed: what lay under lib_dir and was not the restore's. Call refuse_unsafe first."""
+    differs = drift(files, paths, uid, gid)
+    desired_path = os.path.join(paths["config_dir"], "desired.json")
+    own = own_dirs(files, paths)
+    directories = sorted(path for path in differs if path in own)
+    removed = [path for path in differs if path not in files and path not in own]
+    written = directories + sorted((path for path in differs if path in files), key=lambda p: (p == desired_path, p))
+    if dry_run:
+        return written, sorted(removed)
+    try:
+        for directory in directories:
+            _own_dir(directory, uid, gid)
+        for path in sorted(removed):
+            _remove(path)
+        for path in written[len(directories):]:
+            os.makedirs(os.path.dirname(path), mode=DIR_MODE, exist_ok=True)
+            write_file(path, files[path][0], files[path][1], uid, gid)
+    except OSError as e:
+        raise errors.ApplyError("The boot-time restore could not be written: %s%s" % (
+            e.strerror or e, " (%s)" % e.filename if e.filename else ""))
+    return written, sorted(removed)
+
+
+def in_step(files, paths, python, uid, gid):
+    """Whether the restore installed on the host is exactly files (content by sha256, mode, owner), with nothing
+    else under lib_dir, and nothing another user than root could change on the way to it."""
+    try:
+        refuse_unsafe(files, paths, python, uid)
+    except errors.RefusedError:
+        return False
+    return not drift(files, paths, uid, gid)
 
 
 # -- what runs at boot ----------------------------------------------------------

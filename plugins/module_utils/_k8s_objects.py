@@ -19,12 +19,19 @@ DRA_APP = "dra-driver-nvidia-gpu"
 
 DEFAULT_OPERATOR_NAMESPACE = "gpu-operator"
 
+# The ConfigMap of mig-parted configs the GPU Operator's Helm chart creates, used when its ClusterPolicy names none.
+DEFAULT_OPERATOR_CONFIG = "default-mig-parted-config"
+
 # gpuops.mig.mig_cluster_info's options besides kubernetes.core's connection options (AUTH_ARG_SPEC).
 CLUSTER_READ_OPTIONS = dict(
     operator=dict(type="bool", default=True),
     nodes=dict(type="bool", default=True),
     node_status=dict(type="bool", default=False),
-    configmap_namespaces=dict(type="list", elements="str", default=[]),
+    configmaps=dict(type="list", elements="dict", default=[], options=dict(
+        name=dict(type="str", required=True),
+        namespace=dict(type="str", default=""),
+    )),
+    operator_config_nodes=dict(type="list", elements="str", default=[]),
 )
 
 
@@ -65,18 +72,32 @@ def operator_namespace(cluster_policies):
     return DEFAULT_OPERATOR_NAMESPACE
 
 
-def configmap_namespaces(requested, cluster_policies, operator_ns):
-    """The namespaces to read ConfigMaps from, in a stable order, each once."""
-    wanted = [namespace or operator_ns for namespace in requested]
-    if cluster_policies:
-        wanted.append(operator_ns)
-    return sorted(set(wanted))
+def operator_configmaps(cluster_policies, node_names):
+    """The ConfigMaps mig-manager takes its config from, by name: the one each ClusterPolicy names, else the one
+    it generates for each node of node_names (<node>-mig-config) and the Helm chart's default."""
+    names = []
+    for policy in cluster_policies:
+        named = (((policy.get("spec") or {}).get("migManager") or {}).get("config") or {}).get("name")
+        names.extend([named] if named else ["%s-mig-config" % node for node in node_names] + [DEFAULT_OPERATOR_CONFIG])
+    return names
+
+
+def configmaps_to_read(requested, cluster_policies, operator_ns, node_names=()):
+    """{namespace: [names]}: the ConfigMaps asked for ({name, namespace}; an empty namespace is the GPU Operator's)
+    and, with a ClusterPolicy, the operator's config ConfigMaps; each name once, in a stable order."""
+    wanted = {}
+    for item in requested:
+        wanted.setdefault(item.get("namespace") or operator_ns, set()).add(item["name"])
+    for name in operator_configmaps(cluster_policies, node_names):
+        wanted.setdefault(operator_ns, set()).add(name)
+    return dict((namespace, sorted(names)) for namespace, names in sorted(wanted.items()))
 
 
 def read_cluster(service, params):
     """What gpuops.mig.mig_cluster_info returns, read through a kubernetes.core K8sService."""
-    def find(kind, api_version, namespace=None, keep_status=True):
-        return [trimmed(obj, keep_status) for obj in service.find(kind, api_version, namespace=namespace)["resources"]]
+    def find(kind, api_version, namespace=None, keep_status=True, name=None):
+        found = service.find(kind, api_version, name=name, namespace=namespace)["resources"]
+        return [trimmed(obj, keep_status) for obj in found]
 
     # What was not read is left out rather than returned empty: no ClusterPolicy read is not "no GPU Operator"
     # (site.yml then reads it itself before deciding whether to deploy a device plugin).
@@ -88,6 +109,10 @@ def read_cluster(service, params):
         result["nodes"] = find("Node", "v1", keep_status=params["node_status"])
     policies = result.get("cluster_policies") or []
     result["operator_namespace"] = operator_namespace(policies)
-    for namespace in configmap_namespaces(params["configmap_namespaces"], policies, result["operator_namespace"]):
-        result["configmaps"][namespace] = find("ConfigMap", "v1", namespace)
+    # ConfigMaps by name only, never a namespace's list: other ConfigMaps there (kube-system/aws-auth, say) may
+    # hold credentials, and what this returns ends up in job logs.
+    wanted = configmaps_to_read(params["configmaps"], policies, result["operator_namespace"],
+                                params["operator_config_nodes"])
+    for namespace, names in wanted.items():
+        result["configmaps"][namespace] = [cm for name in names for cm in find("ConfigMap", "v1", namespace, name=name)]
     return result

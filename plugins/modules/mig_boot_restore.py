@@ -16,9 +16,19 @@ description:
     M(gpuops.mig.mig_mode) and M(gpuops.mig.mig_config) run) with the declared layout.
   - The engine files are the restore's module and every collection module it imports (a list a unit test
     keeps equal to the imports); they travel inside this module's own payload, so the whole installation is
-    one transfer. Each file is written only when its content differs, and C(changed) says whether anything was written, enabled or removed.
-  - Everything installed is covered by one checksum kept in the desired-state file, so M(gpuops.mig.mig_node_info)
-    can tell whether the restore is in step by reading one file.
+    one transfer. Each file is written only when it differs, and C(changed) says whether anything was written, enabled or removed.
+  - What it installs runs as root at every boot, so it must run as root (C(become)); only root can then change
+    it. Every file is written whole to a new file of an unguessable name in its directory (never through a
+    symbolic link) and renamed into place, owned by root (the user the module runs as) with mode 0644, 0755 for
+    the launcher and the directories. It refuses, before any change, a directory on the way to its files, or an
+    interpreter (O(python), each link on the way to it and the directories above them), that another user than
+    root could change (owned by another user, or writable by group or others, sticky directories such as
+    C(/tmp) aside).
+  - The restore is in step when every installed file (the engine, the launcher, the unit and the desired state)
+    has the content (compared by SHA-256 digest), owner and mode this module writes, and nothing else lies
+    under O(lib_dir); otherwise the files that differ are written again, their directories given back to root,
+    and anything else under O(lib_dir) removed. M(gpuops.mig.mig_node_info) makes the same check.
+  - The desired-state file also carries one checksum (the stamp) of everything installed.
   - With the host's own driver the unit runs before kubelet and the GPU clients. With a driver under a driver
     root (the GPU Operator's driver container, which kubelet starts), it runs after boot and waits up to
     O(wait_for_driver) seconds for the driver to appear.
@@ -28,6 +38,7 @@ author:
   - gpuops.mig contributors (@gpuops)
 requirements:
   - systemd on the managed host
+  - root on the managed host (C(become))
 extends_documentation_fragment:
   - gpuops.mig._attributes
   - gpuops.mig._attributes.ACTIONGROUP_MIG
@@ -107,7 +118,9 @@ options:
     type: path
     default: /etc/gpuops-mig
   lib_dir:
-    description: Where the engine copy goes.
+    description:
+      - Where the engine copy goes; a directory of the restore's own (anything else in it is removed, as the
+        launcher imports from it first).
     type: path
     default: /usr/local/lib/gpuops-mig
   script:
@@ -148,12 +161,12 @@ stamp:
   returned: always
   type: str
 written:
-  description: The files written (or, in check mode, that would be).
+  description: The directories created or given back their owner and mode, and the files written (or, in check mode, that would be).
   returned: always
   type: list
   elements: str
 removed:
-  description: The files and directories removed (O(state=absent)).
+  description: The files and directories removed (O(state=absent)), or, with O(state=present), found under O(lib_dir) though not part of the restore.
   returned: always
   type: list
   elements: str
@@ -189,14 +202,6 @@ def bundle_for(params):
     return boot_restore.bundle_for(params, params["python"] or sys.executable)
 
 
-def current(path):
-    try:
-        with open(path) as handle:
-            return handle.read(), os.stat(path).st_mode & 0o7777
-    except (IOError, OSError):
-        return None, None
-
-
 def check_programs(params):
     """What the restore runs at boot, checked before any file is written. nvidia-smi is not looked
     up now: under a driver container's root it appears only once the driver is up after boot."""
@@ -208,23 +213,15 @@ def check_programs(params):
 
 def install(module):
     files, stamp = bundle_for(module.params)
-    written = []
-    # Everything but the desired state first: the stamp it carries says the rest is in place.
-    desired_path = os.path.join(paths_of(module.params)["config_dir"], "desired.json")
-    for path in sorted(files, key=lambda p: p == desired_path):
-        content, mode = files[path]
-        if current(path) == (content, mode):
-            continue
-        written.append(path)
-        if module.check_mode:
-            continue
-        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-        scratch = path + ".gpuops-tmp"
-        with open(scratch, "w") as handle:
-            handle.write(content)
-        os.chmod(scratch, mode)
-        os.replace(scratch, path)
-    unit_path = os.path.join(paths_of(module.params)["unit_dir"], boot_restore.UNIT_NAME)
+    paths = paths_of(module.params)
+    # Root's (the running user's where the module runs unprivileged, as in tests).
+    uid, gid = os.geteuid(), os.getegid()
+    try:
+        boot_restore.refuse_unsafe(files, paths, module.params["python"] or sys.executable, uid)
+        written, removed = boot_restore.install_files(files, paths, uid, gid, dry_run=module.check_mode)
+    except GpuopsError as e:
+        fail_from(module, e)
+    unit_path = os.path.join(paths["unit_dir"], boot_restore.UNIT_NAME)
     unit = {"name": boot_restore.UNIT_NAME, "reloaded": False, "enabled": False}
     if module.params["enable"]:
         if unit_path in written:
@@ -233,18 +230,25 @@ def install(module):
         if systemctl(module, "is-enabled", boot_restore.UNIT_NAME, check=False)[0] != 0:
             unit["enabled"] = True
             systemctl(module, "enable", boot_restore.UNIT_NAME)
-    return dict(changed=bool(written or unit["enabled"]), stamp=stamp, written=written, removed=[], unit=unit)
+    return dict(changed=bool(written or removed or unit["enabled"]), stamp=stamp, written=written, removed=removed,
+                unit=unit)
 
 
 def remove(module):
     paths = paths_of(module.params)
     unit_path = os.path.join(paths["unit_dir"], boot_restore.UNIT_NAME)
+    desired_path = os.path.join(paths["config_dir"], "desired.json")
+    try:
+        boot_restore.refuse_unsafe({unit_path: None, desired_path: None, paths["script"]: None}, paths, None,
+                                   os.geteuid())
+    except GpuopsError as e:
+        fail_from(module, e)
     unit = {"name": boot_restore.UNIT_NAME, "reloaded": False, "enabled": False, "disabled": False}
     if os.path.exists(unit_path) and module.params["enable"]:
         unit["disabled"] = True
         systemctl(module, "disable", boot_restore.UNIT_NAME)
     removed = []
-    for path in (unit_path, os.path.join(paths["config_dir"], "desired.json"), paths["script"], paths["lib_dir"]):
+    for path in (unit_path, desired_path, paths["script"], paths["lib_dir"]):
         if not os.path.lexists(path):
             continue
         removed.append(path)

@@ -19,8 +19,13 @@ description:
   - The Nodes, with O(nodes); without their C(status) unless O(node_status).
   - Every object comes without C(metadata.managedFields), the API server's field bookkeeping. Every node's
     preview is handed what this returns, so its size is paid once per node.
-  - The ConfigMaps of the namespaces that may hold a MIG config, with O(configmap_namespaces), and the GPU
-    Operator's namespace whenever a ClusterPolicy is found.
+  - The ConfigMaps that may hold a MIG config, each read by its name, never by listing a namespace (other
+    ConfigMaps there, C(kube-system/aws-auth) say, may hold credentials). These are the ones named in
+    O(configmaps), and whenever a ClusterPolicy is found, the GPU Operator's mig-manager config (the ConfigMap the
+    ClusterPolicy names, else C(<node>-mig-config) for each node of O(operator_config_nodes) and
+    C(default-mig-parted-config)).
+  - What it returns holds cluster data; register it with C(no_log) where job logs are kept (AWX job events), as
+    the M(gpuops.mig.mig_node) role does.
   - A kind the cluster does not serve (no ClusterPolicy CRD where the GPU Operator is not installed) reads as
     an empty list.
   - Changes nothing.
@@ -64,12 +69,25 @@ options:
         decision needs only C(metadata) and C(spec).
     type: bool
     default: false
-  configmap_namespaces:
+  configmaps:
     description:
-      - Namespaces whose ConfigMaps are read. An empty string stands for the GPU Operator's namespace
-        (C(status.namespace) of its ClusterPolicy, else V(gpu-operator)).
-      - With O(operator), the operator's namespace is read too whenever a ClusterPolicy is found (its
-        mig-manager's config lives there).
+      - ConfigMaps to read, by name. A ConfigMap that does not exist is left out of the result.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: The ConfigMap's name.
+        type: str
+        required: true
+      namespace:
+        description: Its namespace; empty for the GPU Operator's (C(status.namespace) of its ClusterPolicy, else V(gpu-operator)).
+        type: str
+        default: ""
+  operator_config_nodes:
+    description:
+      - Nodes whose C(<node>-mig-config) ConfigMap is read from the GPU Operator's namespace when its ClusterPolicy
+        names no mig-manager config (C(spec.migManager.config.name)). Only with O(operator).
     type: list
     elements: str
     default: []
@@ -78,10 +96,13 @@ options:
 EXAMPLES = r"""
 - name: Read the cluster once for the whole batch
   gpuops.mig.mig_cluster_info:
-    configmap_namespaces: [kube-system]
+    configmaps:
+      - name: fleet-mig-config
+        namespace: mig-configs
   delegate_to: localhost
   run_once: true
   register: cluster
+  no_log: true
 
 - name: Say whether the GPU Operator runs
   ansible.builtin.debug:
@@ -105,7 +126,7 @@ nodes:
   type: list
   elements: dict
 configmaps:
-  description: The ConfigMap objects read, by namespace.
+  description: The ConfigMap objects read, by namespace (each namespace a ConfigMap was asked from, with those found).
   returned: always
   type: dict
   sample: {"gpu-operator": [{"kind": "ConfigMap", "metadata": {"name": "default-mig-parted-config"}}]}

@@ -127,11 +127,16 @@ restore:
     - C(state) (V(present) when MIG is wanted, else V(absent)), C(installed) (the stamp found on the host, or
       null), C(wanted) (the stamp of the restore the layout asks for, or null), C(in_step), and C(driver_root),
       the driver root to install the restore with (where the driver was found).
+    - C(in_step) is true only when the stamps match and every installed file (engine, launcher, unit, desired
+      state) has the content (by its SHA-256 digest), owner and mode M(gpuops.mig.mig_boot_restore) would write,
+      nothing else lies in the engine directory, and no other user than root could change the files, their
+      directories or the interpreter; the same check that module makes.
     - Null when O(restore) is not given.
   returned: always
   type: dict
 """
 
+import os
 import re
 import shlex
 import sys
@@ -204,8 +209,13 @@ def restore_state(options, wants_mig, layout_params):
     if not wants_mig:
         return {"state": "absent", "installed": installed, "wanted": None, "in_step": installed is None}
     params.update(layout_params)
-    wanted = boot_restore.bundle_for(params, params.get("python") or sys.executable)[1]
-    return {"state": "present", "installed": installed, "wanted": wanted, "in_step": installed == wanted}
+    python = params.get("python") or sys.executable
+    files, wanted = boot_restore.bundle_for(params, python)
+    # Every installed file by its digest, owner and mode, as mig_boot_restore checks it: a file changed
+    # behind the stamp's back (code appended to the engine, say) is out of step too.
+    in_step = installed == wanted and boot_restore.in_step(files, boot_restore.paths_of(params), python,
+                                                           os.geteuid(), os.getegid())
+    return {"state": "present", "installed": installed, "wanted": wanted, "in_step": in_step}
 
 
 def container_toolkit(module, command):

@@ -25,7 +25,7 @@ def test_without_the_gpu_operator(kube_api, kube_env, tmp_path):
     kube_api.seed(gpu, seed.node("cpu-1"), seed.daemonset("logs"), seed.namespace("mig-configs"),
                   configmap("fleet-mig", "mig-configs", {"config.yaml": "version: v1\n"}))
     results = run_tasks([
-        {"name": "plain", "gpuops.mig.mig_cluster_info": {"configmap_namespaces": ["mig-configs"]}},
+        {"name": "plain", "gpuops.mig.mig_cluster_info": {"configmaps": [{"name": "fleet-mig", "namespace": "mig-configs"}]}},
         {"name": "status", "gpuops.mig.mig_cluster_info": {"operator": False, "node_status": True}},
         {"name": "nothing", "gpuops.mig.mig_cluster_info": {"operator": False, "nodes": False}},
     ], kube_env, tmp_path)
@@ -49,8 +49,8 @@ def test_without_the_gpu_operator(kube_api, kube_env, tmp_path):
 def test_with_the_gpu_operator_and_the_dra_driver(kube_api, kube_env, tmp_path):
     kube_api.seed(seed.node("gpu-1", GPU), seed.daemonset("logs"), *seed.gpu_operator(), *seed.dra_driver())
     results = run_tasks([
-        # "" stands for the operator's namespace, which is read anyway once a ClusterPolicy is found.
-        {"name": "read", "gpuops.mig.mig_cluster_info": {"configmap_namespaces": [""]}},
+        # The ConfigMap the ClusterPolicy names is read once a ClusterPolicy is found.
+        {"name": "read", "gpuops.mig.mig_cluster_info": {}},
         {"name": "no operator", "gpuops.mig.mig_cluster_info": {"operator": False}},
     ], kube_env, tmp_path)
     read = results["read"]
@@ -59,9 +59,34 @@ def test_with_the_gpu_operator_and_the_dra_driver(kube_api, kube_env, tmp_path):
     assert [(d["metadata"]["namespace"], d["metadata"]["name"]) for d in read["daemonsets"]] == [
         ("nvidia-dra-driver-gpu", "dra-driver-nvidia-gpu-kubelet-plugin")]
     assert list(read["configmaps"]) == ["gpu-operator"]
-    assert "default-mig-parted-config" in [c["metadata"]["name"] for c in read["configmaps"]["gpu-operator"]]
+    assert [c["metadata"]["name"] for c in read["configmaps"]["gpu-operator"]] == ["default-mig-parted-config"]
     # Without the operator's part nothing of it is read, its ConfigMaps included.
     assert "cluster_policies" not in results["no operator"] and results["no operator"]["configmaps"] == {}
+
+
+def test_configmaps_are_read_by_name_never_listed(kube_api, kube_env, tmp_path):
+    """Only the ConfigMaps the rollout names come back: another ConfigMap of the same namespaces (kube-system's
+    aws-auth, the operator's own) is neither listed nor returned, whichever way the read goes."""
+    kube_api.seed(seed.node("gpu-1", GPU), *seed.gpu_operator(config_name=""),
+                  configmap("aws-auth", "kube-system", {"mapRoles": "- rolearn: arn:aws:iam::1:role/admin\n"}),
+                  configmap("fleet-mig", "kube-system", {"config.yaml": "version: v1\n"}),
+                  configmap("gpu-1-mig-config", "gpu-operator", {"config.yaml": "version: v1\n"}),
+                  configmap("operator-secrets", "gpu-operator", {"token": "s3cr3t"}))
+    seen = len(kube_api.requests)
+    read = {"configmaps": [{"name": "fleet-mig", "namespace": "kube-system"}, {"name": "absent", "namespace": ""}],
+            "operator_config_nodes": ["gpu-1"]}
+    results = run_tasks([
+        {"name": "here", "gpuops.mig.mig_cluster_info": read},
+        {"name": "module", "gpuops.mig.mig_cluster_info": read, "vars": {"ansible_python_interpreter": module_python(tmp_path)}},
+    ], kube_env, tmp_path)
+    for name in ("here", "module"):
+        found = results[name]["configmaps"]
+        assert sorted((ns, c["metadata"]["name"]) for ns, cms in found.items() for c in cms) == [
+            ("gpu-operator", "gpu-1-mig-config"), ("kube-system", "fleet-mig")], name
+        assert "aws-auth" not in str(results[name]) and "s3cr3t" not in str(results[name]), name
+    configmap_reads = [r for r in kube_api.requests[seen:] if "/configmaps" in r.path]
+    assert configmap_reads and all(r.method == "GET" and not r.path.endswith("/configmaps") for r in configmap_reads), \
+        [(r.method, r.path) for r in configmap_reads]
 
 
 def module_python(tmp_path):
@@ -79,7 +104,7 @@ def test_read_here_and_by_the_module_alike(kube_api, kube_env, tmp_path):
     closed = tmp_path / "closed-kubeconfig"
     closed.write_text(yaml.safe_dump(dict(yaml.safe_load(open(kube_api.kubeconfig)), clusters=[
         {"name": "kubeapi", "cluster": {"server": "http://127.0.0.1:9"}}])))
-    read = {"configmap_namespaces": ["mig-configs", ""], "node_status": True}
+    read = {"configmaps": [{"name": "fleet-mig", "namespace": "mig-configs"}], "node_status": True}
     elsewhere = {"ansible_python_interpreter": module_python(tmp_path)}
     results = run_tasks([
         {"name": "here", "gpuops.mig.mig_cluster_info": read},

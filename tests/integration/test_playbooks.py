@@ -63,11 +63,13 @@ def test_canary_failure_stops_the_rollout_then_report_then_disable(kube_api, kub
     assert table[2].split()[-3:] == ["custom", "inventory", "unset"]
     assert "gpu-good         0    NVIDIA A30" in facts.stdout
 
-    # MIG off on the failed node: the same safe workflow, the boot-time restore removed, the cordon
+    # The failed canary never got the new boot-time restore: it comes only with the geometry, inside the window.
+    unit = fleet.dir / "gpu-bad" / "etc" / "systemd" / "system" / "gpuops-mig-restore.service"
+    assert not unit.exists() and not (fleet.dir / "gpu-bad" / "etc" / "gpuops-mig" / "desired.json").exists()
+
+    # MIG off on the failed node: the same safe workflow, no boot-time restore left, the cordon
     # the failed run left is lifted.
     sim.clear_faults(bad)
-    unit = fleet.dir / "gpu-bad" / "etc" / "systemd" / "system" / "gpuops-mig-restore.service"
-    assert unit.exists()
     off = fleet.run("playbooks/disable.yml", {"mig_node_validate_delay": "1"}, limit="gpu-bad")
     assert off.recap["gpu-bad"]["failed"] == 0, output(off)
     assert [g["mig"] for g in sim.load_state(bad)["gpus"]] == [{"current": 0, "pending": 0}]

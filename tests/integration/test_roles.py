@@ -298,6 +298,40 @@ def test_node_workflow_end_to_end_then_converged_rerun(kube_api, kube_env, tmp_p
     assert {name: fleet.digest(name) for name in digests} == digests
 
 
+def test_a_failed_drain_leaves_the_boot_time_restore_of_the_layout_the_node_holds(kube_api, kube_env, tmp_path):
+    """The new restore comes only inside the window: a node whose drain fails keeps the restore of the
+    layout its GPUs hold, so a reboot before the next run does not apply the new one under its pods."""
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet.add("node-p", "1xA100-SXM4-40GB", mig_node_layouts=[{"gpus": "all", "devices": {"3g.20gb": 2}}],
+              mig_node_validate=False, mig_node_device_plugin_restart=False)
+    desired = fleet.dir / "node-p" / "etc" / "gpuops-mig" / "desired.json"
+    first = fleet.run("tests/integration/playbooks/mig_node.yml")
+    assert first.recap["node-p"]["failed"] == 0, output(first)
+    old = desired.read_text()
+    assert json.loads(old)["layouts"] == [{"gpus": "all", "devices": {"3g.20gb": 2}}]
+
+    kube_api.seed(seed.pod("db-0", node="node-p", labels={"app": "db"}, owner=("ReplicaSet", "db-1")),
+                  seed.pdb("db", {"app": "db"}, disruptions_allowed=0))
+    before = fleet.digest("node-p")
+    proc = fleet.run("tests/integration/playbooks/mig_node.yml", {
+        "mig_node_layouts": [{"gpus": "all", "devices": {"1g.5gb": 7}}],
+        "mig_node_drain_timeout": 2, "mig_node_drain_retry_delay": 1})
+    assert proc.recap["node-p"]["failed"] == 1, output(proc)
+    assert re.search(r"MIG reconfiguration of node-p failed at '[^']*'.*db-0", proc.stdout, re.S), output(proc)
+    assert kube_api.get("Node", "node-p")["metadata"]["labels"][STATE] == "failed"
+    assert fleet.digest("node-p") == before                      # the GPUs are untouched
+    assert desired.read_text() == old                            # and so is their restore
+
+    # MIG off once the budget lets the pod go: the restore is removed inside the window too.
+    kube_api.set_status("PodDisruptionBudget", "db", {"disruptionsAllowed": 1, "currentHealthy": 1,
+                                                      "desiredHealthy": 0, "expectedPods": 1}, "default")
+    off = fleet.run("playbooks/disable.yml", {"mig_node_drain_retry_delay": 1})
+    assert off.recap["node-p"]["failed"] == 0, output(off)
+    assert [g["mig"] for g in sim.load_state(fleet.state_path("node-p"))["gpus"]] == [{"current": 0, "pending": 0}]
+    assert not desired.exists() and not (fleet.dir / "node-p" / "etc" / "systemd" / "system" /
+                                         "gpuops-mig-restore.service").exists()
+
+
 def test_node_check_mode_changes_nothing(kube_api, kube_env, tmp_path):
     """--check predicts the change and touches neither the GPUs, the node, nor the host's files."""
     fleet = Fleet(tmp_path, kube_api, kube_env)

@@ -33,11 +33,16 @@ def test_operator_namespace_from_the_cluster_policy_status_else_the_default():
     assert k8s.operator_namespace([{"status": {}}, {"status": {"namespace": "nvidia"}}]) == "nvidia"
 
 
-def test_configmap_namespaces_each_once_with_the_operators_when_it_runs():
-    # "" stands for the operator's namespace; with a ClusterPolicy that namespace is read anyway.
-    assert k8s.configmap_namespaces(["", "b", "b"], [], "gpu-operator") == ["b", "gpu-operator"]
-    assert k8s.configmap_namespaces(["b"], [{"status": {"namespace": "nvidia"}}], "nvidia") == ["b", "nvidia"]
-    assert k8s.configmap_namespaces([], [], "gpu-operator") == []
+def test_configmaps_to_read_by_name_with_the_operators_config_when_it_runs():
+    # "" stands for the operator's namespace; each name once.
+    asked = [{"name": "a", "namespace": ""}, {"name": "b", "namespace": "x"}, {"name": "b", "namespace": "x"}]
+    assert k8s.configmaps_to_read(asked, [], "gpu-operator") == {"gpu-operator": ["a"], "x": ["b"]}
+    assert k8s.configmaps_to_read([], [], "gpu-operator", ["gpu-1"]) == {}
+    named = {"spec": {"migManager": {"config": {"name": "custom-mig", "default": "all-disabled"}}}}
+    assert k8s.configmaps_to_read(asked, [named], "nvidia", ["gpu-1"]) == {"nvidia": ["a", "custom-mig"], "x": ["b"]}
+    # A ClusterPolicy that names no config: what mig-manager generates per node, and the chart's default.
+    assert k8s.configmaps_to_read([], [{"spec": {}}], "gpu-operator", ["gpu-1", "gpu-2"]) == {
+        "gpu-operator": ["default-mig-parted-config", "gpu-1-mig-config", "gpu-2-mig-config"]}
 
 
 class Found:
@@ -46,23 +51,42 @@ class Found:
     def __init__(self, objects):
         self.objects, self.asked = objects, []
 
-    def find(self, kind, api_version, namespace=None):
-        self.asked.append((kind, namespace))
-        return {"resources": [o for o in self.objects.get(kind, []) if namespace in (None, o["metadata"].get("namespace"))]}
+    def find(self, kind, api_version, name=None, namespace=None):
+        self.asked.append((kind, namespace, name))
+        return {"resources": [o for o in self.objects.get(kind, []) if namespace in (None, o["metadata"].get("namespace"))
+                              and name in (None, o["metadata"]["name"])]}
+
+
+def read_params(**params):
+    return dict(dict(operator=True, nodes=True, node_status=False, configmaps=[], operator_config_nodes=[]), **params)
 
 
 def test_read_cluster_reads_only_what_is_asked_and_trims_it():
     service = Found({
-        "ClusterPolicy": [{"metadata": {"name": "cluster-policy"}, "status": {"namespace": "nvidia"}}],
+        "ClusterPolicy": [{"metadata": {"name": "cluster-policy"}, "status": {"namespace": "nvidia"},
+                           "spec": {"migManager": {"config": {"name": "cm"}}}}],
         "DaemonSet": [daemonset("logs"), dict(daemonset("nvidia-dra-driver-kubelet-plugin"), status={"x": 1})],
         "Node": [{"metadata": {"name": "gpu-1", "managedFields": [{}]}, "status": {"images": []}}],
-        "ConfigMap": [{"metadata": {"name": "cm", "namespace": "nvidia"}}]})
-    read = k8s.read_cluster(service, dict(operator=True, nodes=True, node_status=False, configmap_namespaces=[]))
+        "ConfigMap": [{"metadata": {"name": "cm", "namespace": "nvidia"}},
+                      {"metadata": {"name": "other", "namespace": "nvidia"}}]})
+    read = k8s.read_cluster(service, read_params())
     assert read["operator_namespace"] == "nvidia"
     assert [d["metadata"]["name"] for d in read["daemonsets"]] == ["nvidia-dra-driver-kubelet-plugin"]
     assert "status" not in read["daemonsets"][0] and read["nodes"] == [{"metadata": {"name": "gpu-1"}}]
-    assert list(read["configmaps"]) == ["nvidia"]
+    assert read["configmaps"] == {"nvidia": [{"metadata": {"name": "cm", "namespace": "nvidia"}}]}
+    assert ("ConfigMap", "nvidia", "cm") in service.asked
     service = Found({"ClusterPolicy": [{"metadata": {"name": "p"}}]})
-    read = k8s.read_cluster(service, dict(operator=False, nodes=False, node_status=False, configmap_namespaces=[""]))
+    read = k8s.read_cluster(service, read_params(operator=False, nodes=False, configmaps=[{"name": "x", "namespace": ""}]))
     assert read == {"configmaps": {"gpu-operator": []}, "operator_namespace": "gpu-operator"}
-    assert service.asked == [("ConfigMap", "gpu-operator")]
+    assert service.asked == [("ConfigMap", "gpu-operator", "x")]
+
+
+def test_read_cluster_never_lists_configmaps():
+    service = Found({"ClusterPolicy": [{"metadata": {"name": "p"}, "spec": {}}],
+                     "ConfigMap": [{"metadata": {"name": "aws-auth", "namespace": "kube-system"}},
+                                   {"metadata": {"name": "gpu-1-mig-config", "namespace": "gpu-operator"}}]})
+    read = k8s.read_cluster(service, read_params(nodes=False, operator_config_nodes=["gpu-1"],
+                                                 configmaps=[{"name": "fleet", "namespace": "kube-system"}]))
+    assert read["configmaps"] == {"gpu-operator": [{"metadata": {"name": "gpu-1-mig-config", "namespace": "gpu-operator"}}],
+                                  "kube-system": []}
+    assert all(name for kind, _namespace, name in service.asked if kind == "ConfigMap")

@@ -2,13 +2,14 @@
 
 import json
 import os
+import pwd
 import subprocess
 import sys
 
 import pytest
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _boot_restore as boot_restore
-from ansible_collections.gpuops.mig.plugins.modules import mig_boot_restore
+from ansible_collections.gpuops.mig.plugins.modules import mig_boot_restore, mig_node_info
 
 import gpuops_mig_sim as sim
 
@@ -129,3 +130,132 @@ def test_programs_it_would_run_at_boot_are_checked_before_anything_is_written(no
     assert result["failed"] is True
     assert result["msg"].startswith(message), result["msg"]
     assert not os.path.exists(str(node))
+
+
+# -- only root can change what runs at boot ---------------------------------------------------
+
+def engine_file(root, name="_host_mode.py"):
+    return root / "usr/local/lib/gpuops-mig/ansible_collections/gpuops/mig/plugins/module_utils" / name
+
+
+def in_step(run_module, root):
+    info = run_module(mig_node_info, {"layouts": LAYOUT, "restore": {"root": str(root), "python": "/usr/bin/python3"}})
+    return info["restore"]["in_step"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_a_file_owned_by_another_user_is_rewritten_and_given_back_to_root(sim_host, run_module, node):
+    sim_host("1xH100-SXM5-80GB")
+    run_module(mig_boot_restore, args(node))
+    nobody = pwd.getpwnam("nobody")
+    engine = engine_file(node)
+    os.chown(str(engine), nobody.pw_uid, nobody.pw_gid)
+    os.chown(str(engine.parent), nobody.pw_uid, nobody.pw_gid)
+    assert in_step(run_module, node) is False
+
+    again = run_module(mig_boot_restore, args(node))
+    assert again["changed"] is True and str(engine) in again["written"] and str(engine.parent) in again["written"]
+    for path in (engine, engine.parent):
+        assert (path.stat().st_uid, path.stat().st_gid) == (os.geteuid(), os.getegid())
+    assert in_step(run_module, node) is True
+
+
+def test_code_appended_to_the_engine_is_found_and_overwritten(sim_host, run_module, node):
+    """The stamp in desired.json is unchanged: only the digest of each file shows the change."""
+    sim_host("1xH100-SXM5-80GB")
+    first = run_module(mig_boot_restore, args(node))
+    engine = engine_file(node)
+    original = engine.read_text()
+    with open(str(engine), "a") as handle:
+        handle.write("\nimport os; os.system('id > /tmp/owned')\n")
+    assert boot_restore.installed_stamp(str(node / "etc/gpuops-mig")) == first["stamp"]
+    assert in_step(run_module, node) is False
+
+    again = run_module(mig_boot_restore, args(node))
+    assert again["changed"] is True and again["written"] == [str(engine)]
+    assert engine.read_text() == original
+    assert in_step(run_module, node) is True
+
+
+def test_modes_are_set_on_every_write_and_drift_is_repaired(sim_host, run_module, node):
+    sim_host("1xH100-SXM5-80GB")
+    old_umask = os.umask(0o077)      # a umask that would leave the files root's only
+    try:
+        run_module(mig_boot_restore, args(node))
+    finally:
+        os.umask(old_umask)
+    unit = node / "etc/systemd/system/gpuops-mig-restore.service"
+    script = node / "usr/local/sbin/gpuops-mig-restore"
+    assert oct(unit.stat().st_mode & 0o7777) == oct(0o644) and oct(script.stat().st_mode & 0o7777) == oct(0o755)
+    assert oct(engine_file(node).parent.stat().st_mode & 0o7777) == oct(0o755)
+    unit.chmod(0o666)
+    assert in_step(run_module, node) is False
+    again = run_module(mig_boot_restore, args(node))
+    assert again["changed"] is True and again["written"] == [str(unit)]
+    assert oct(unit.stat().st_mode & 0o7777) == oct(0o644)
+
+
+def test_links_at_the_scratch_and_target_paths_are_never_followed(sim_host, run_module, node, tmp_path):
+    """A link where the old code wrote its scratch file (<path>.gpuops-tmp, a fixed name), at other guessable
+    names, and at the installed path itself: the file it points to keeps its content and its mode."""
+    sim_host("1xH100-SXM5-80GB")
+    victim = tmp_path / "shadow"
+    victim.write_text("root:secret\n")
+    victim.chmod(0o600)
+    desired = node / "etc/gpuops-mig/desired.json"
+    script = node / "usr/local/sbin/gpuops-mig-restore"
+    for path in (desired, script):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for name in (path.name + ".gpuops-tmp", path.name + ".tmp", "." + path.name + ".tmp", path.name):
+            os.symlink(str(victim), str(path.parent / name))
+
+    result = run_module(mig_boot_restore, args(node))
+    assert result["changed"] is True
+    assert victim.read_text() == "root:secret\n" and oct(victim.stat().st_mode & 0o7777) == oct(0o600)
+    for path in (desired, script):       # the links there were replaced by the restore's own files
+        assert not path.is_symlink() and path.is_file()
+    assert json.loads(desired.read_text())["installed"] == result["stamp"]
+
+
+def test_a_directory_others_can_write_to_is_refused_and_nothing_is_written(sim_host, run_module, tmp_path):
+    sim_host("1xH100-SXM5-80GB")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    result = run_module(mig_boot_restore, args(shared / "node"))
+    assert result["failed"] is True
+    assert "is writable by its group and others (mode 0777)" in result["msg"] and str(shared) in result["msg"], result["msg"]
+    assert "Nothing was changed" in result["msg"]
+    assert list(shared.iterdir()) == []
+    shared.chmod(0o775)
+    result = run_module(mig_boot_restore, args(shared / "node"))
+    assert result["failed"] is True and "is writable by its group (mode 0775)" in result["msg"], result["msg"]
+    assert in_step(run_module, shared / "node") is False
+
+
+def test_an_interpreter_others_can_change_is_refused(sim_host, run_module, node, tmp_path):
+    sim_host("1xH100-SXM5-80GB")
+    bin_dir = tmp_path / "venv-bin"
+    bin_dir.mkdir()
+    os.symlink(sys.executable, str(bin_dir / "python"))
+    bin_dir.chmod(0o777)
+    result = run_module(mig_boot_restore, args(node, python=str(bin_dir / "python")))
+    assert result["failed"] is True and not node.exists()
+    assert "would run %s at boot as root" % (bin_dir / "python") in result["msg"], result["msg"]
+    assert "%s is writable by its group and others" % bin_dir in result["msg"], result["msg"]
+    result = run_module(mig_boot_restore, args(node, python="python3"))
+    assert result["failed"] is True and "is not an absolute path" in result["msg"], result["msg"]
+
+
+def test_a_module_planted_in_the_engine_dir_is_removed(sim_host, run_module, node):
+    """The launcher puts the engine dir first on the path: a json.py there would run as root at boot."""
+    sim_host("1xH100-SXM5-80GB")
+    run_module(mig_boot_restore, args(node))
+    planted = node / "usr/local/lib/gpuops-mig/json.py"
+    planted.write_text("import os\n")
+    (node / "usr/local/lib/gpuops-mig/extra").mkdir()
+    assert in_step(run_module, node) is False
+    again = run_module(mig_boot_restore, args(node))
+    assert again["changed"] is True and again["written"] == []
+    assert again["removed"] == [str(node / "usr/local/lib/gpuops-mig/extra"), str(planted)]
+    assert not planted.exists() and in_step(run_module, node) is True
