@@ -49,9 +49,9 @@ def timeline(kube_api):
             old = (event.old or {}).get("metadata", {}).get("labels") or {}
             cordon = bool((obj.get("spec") or {}).get("unschedulable"))
             old_cordon = bool(((event.old or {}).get("spec") or {}).get("unschedulable"))
-            if labels.get(STATE) == old.get(STATE) and cordon == old_cordon:
+            if labels.get(STATE) == old.get(STATE) and labels.get(CONFIG) == old.get(CONFIG) and cordon == old_cordon:
                 return
-            seen.append(("Node", labels.get(STATE), obj["metadata"]["name"]))
+            seen.append(("Node", labels.get(STATE), obj["metadata"]["name"], labels.get(CONFIG)))
         else:
             seen.append((event.kind, event.type, obj["metadata"]["name"]))
     for kind in ("Lease", "Node"):
@@ -77,10 +77,10 @@ def test_lease_taken_renewed_released_and_the_failure_on_the_node(kube_api, kube
 
     a = [entry for entry in seen if entry[2] in ("node-a", "gpuops-mig-node-a")]
     assert a[0] == ("Lease", "added", "gpuops-mig-node-a")               # taken before the cordon
-    assert a[1] == ("Node", "pending", "node-a")
+    assert a[1][:3] == ("Node", "pending", "node-a")
     assert a.count(("Lease", "modified", "gpuops-mig-node-a")) == 3       # mode, geometry, device plugin + validate
     assert a[-1] == ("Lease", "deleted", "gpuops-mig-node-a")             # released after the uncordon
-    assert a[-2] == ("Node", "success", "node-a")
+    assert a[-2][:3] == ("Node", "success", "node-a")
     assert kube_api.find("Lease", "gpuops-mig-node-c") is None            # released after the failure too
     assert ("Lease", "added", "gpuops-mig-node-c") in seen
     lease_writes = [r for r in kube_api.requests if "/leases" in r.path and r.method in ("PUT", "POST", "DELETE")]
@@ -212,12 +212,22 @@ def test_two_rollouts_at_once_leave_one_truthful_layout_per_node(kube_api, kube_
         second_log.close()
     logs = [(fleet.dir / name).read_text() for name in ("run-a.log", "run-b.log")]
 
+    truth = {}
     for name in nodes:
         labels = kube_api.get("Node", name)["metadata"]["labels"]
-        assert labels.get(STATE) == "success" and labels.get(CONFIG) in layouts, (name, labels, logs)
-        assert fleet.devices(name) == {0: LAYOUTS[labels[CONFIG]]}, (name, labels, logs)
+        truth[name] = (labels.get(STATE), labels.get(CONFIG), fleet.devices(name))
+    assert truth == dict((name, ("success", labels, {0: LAYOUTS[labels]}))
+                         for name, (_state, labels, _devices) in truth.items()), logs
+    # One writer at a time: each change of a node (pending with a layout) ends (success with that layout)
+    # before the next one starts; no rollout labels a node another one is changing.
+    for name in nodes:
+        changes = [(entry[1], entry[3]) for entry in seen if entry[0] == "Node" and entry[2] == name and entry[1]]
+        assert changes and len(changes) % 2 == 0, (name, changes, logs)
+        for start, end in zip(changes[0::2], changes[1::2]):
+            assert start[0] == "pending" and end == ("success", start[1]), (name, changes, logs)
+    for name in nodes:
         assert kube_api.find("Lease", "gpuops-mig-%s" % name) is None
-        # One writer at a time: between a Lease's take and its release, no second take.
+        # Between a Lease's take and its release, no second take.
         takes = [entry[1] for entry in seen if entry[0] == "Lease" and entry[2] == "gpuops-mig-%s" % name]
         assert takes.count("added") == takes.count("deleted") >= 1
         assert "".join("+" if t == "added" else "-" if t == "deleted" else "" for t in takes) \
