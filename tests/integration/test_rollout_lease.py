@@ -237,4 +237,6 @@ def test_two_rollouts_at_once_leave_one_truthful_layout_per_node(kube_api, kube_
     assert codes.count(0) + len(refusals) >= 2 or codes == (0, 0), (codes, logs)
     for code, log in zip(codes, logs):
         assert code == 0 or "another MIG rollout holds this node" in log, log[-6000:]
+        if code:      # the summary names the refused nodes
+            assert "refused" in log.split("Summarize the rollout as it stops")[-1], log[-6000:]
     assert recap(logs[0]) and recap(logs[1])
