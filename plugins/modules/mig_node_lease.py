@@ -17,14 +17,14 @@ description:
     O(namespace), written with the C(kubernetes.core) client, as the cluster's own controllers hold theirs. Run it
     on the controller (C(delegate_to) V(localhost)). C(spec.holderIdentity) and annotations C(gpuops.mig/lease-*)
     name the holder (O(holder)).
-  - Every write carries the C(resourceVersion) that was read (or is a create, which fails when the Lease exists):
+  - Every write carries the C(resourceVersion) that was read (or is a create, which fails when the Lease exists);
     when another rollout wrote in between, the API server answers 409 Conflict and the module reads the Lease
     again and decides again.
-  - With O(lock_file) the hold is a file on the host the module runs on (for hosts that are no Kubernetes node):
+  - With O(lock_file) the hold is a file on the host the module runs on (for hosts that are no Kubernetes node);
     created exclusively (C(O_EXCL)), holding the same holder information as JSON; reads and writes are
     serialized by an C(flock) on O(lock_file) plus C(.guard).
   - A hold that another holder has not renewed for its duration (renew time + duration earlier than now) is
-    taken over, and the result says from whom (RV(taken_over_from)). Clocks of the controllers are compared:
+    taken over, and the result says from whom (RV(taken_over_from)). Clocks of the controllers are compared;
     keep them in step (NTP).
   - A hold that is not expired is refused at once (O(wait=0)), or waited for up to O(wait) seconds; the failure
     names the holder and since when it holds the node.
