@@ -251,8 +251,8 @@ class LockFileStore(object):
     """A lock file on this host. The read-decide-write runs under an flock of a guard file beside it, so it is
     as safe as a Lease's resourceVersion check; the file itself is created with O_EXCL."""
 
-    def __init__(self, path):
-        self.path = path
+    def __init__(self, path, duration):
+        self.path, self.duration = path, duration
 
     @contextlib.contextmanager
     def guarded(self):
@@ -278,11 +278,11 @@ class LockFileStore(object):
                 raise ValueError("no holder")
             return rec
         except ValueError:
-            # Unreadable: held by someone unknown since the file's last change, so it still expires.
+            # Unreadable: held by someone unknown since the file's last change, stale after this run's duration.
             changed = datetime.datetime.fromtimestamp(os.stat(self.path).st_mtime, datetime.timezone.utc)
             stamp = _lease.format_time(changed)
             return dict(holder={}, holder_identity="an unreadable lock file %s" % self.path, acquire_time=stamp,
-                        renew_time=stamp, duration=0)
+                        renew_time=stamp, duration=self.duration)
 
     def body(self, node, rec):
         return rec
@@ -315,15 +315,14 @@ def settle(module, store, params):
             now = _lease.utc_now()
             action = _lease.decide(state, current, holder, now)
             waited = int(time.monotonic() - started)
-            if action in (_lease.REFUSE, _lease.LOST):
-                if action == _lease.REFUSE and waited < params["wait"]:
-                    pass   # sleep below, outside the guard
-                elif action == _lease.LOST:
-                    raise _lease.LeaseHeld(_lease.lost_message(node, current),
-                                           details=dict(holder=_lease.describe(current), lost=True))
-                else:
+            if action == _lease.LOST:
+                raise _lease.LeaseHeld(_lease.lost_message(node, current),
+                                       details=dict(holder=_lease.describe(current), lost=True))
+            if action == _lease.REFUSE:
+                if waited >= params["wait"]:
                     raise _lease.LeaseHeld(_lease.held_message(node, current, waited),
                                            details=dict(holder=_lease.describe(current), waited=waited))
+                # else: sleep below, outside the guard, and read again
             else:
                 keep_since = current["acquire_time"] if action == _lease.RENEW else None
                 rec = _lease.record(holder, now, params["duration"], keep_since)
@@ -359,7 +358,7 @@ def main():
                                                        params["wait"]))
     try:
         if params["lock_file"]:
-            store = LockFileStore(params["lock_file"])
+            store = LockFileStore(params["lock_file"], params["duration"])
         else:
             store = LeaseStore(module, name, params["namespace"])
         result = settle(module, store, params)

@@ -1,6 +1,7 @@
 """gpuops.mig.mig_node_lease: the lock file on a host, and what a lost write (409) leads to."""
 
 import json
+import os
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _lease
 from ansible_collections.gpuops.mig.plugins.modules import mig_node_lease
@@ -49,6 +50,9 @@ def test_an_unreadable_lock_file_is_held_until_it_is_stale(run_module, tmp_path)
     lock.write_text("garbage")
     refused = run_module(mig_node_lease, args(lock, "acquired"))
     assert refused["failed"] and "an unreadable lock file" in refused["msg"]
+    os.utime(lock, (0, 1000))        # not written to since 1970: stale
+    taken = run_module(mig_node_lease, args(lock, "acquired"))
+    assert taken["action"] == "take-over" and json.loads(lock.read_text())["holder"]["run_id"] == "run-a"
 
 
 class RacingStore(object):
