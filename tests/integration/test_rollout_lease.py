@@ -240,3 +240,29 @@ def test_two_rollouts_at_once_leave_one_truthful_layout_per_node(kube_api, kube_
         if code:      # the summary names the refused nodes
             assert "refused" in log.split("Summarize the rollout as it stops")[-1], log[-6000:]
     assert recap(logs[0]) and recap(logs[1])
+
+
+def test_a_mig_manager_failure_on_the_node_and_its_clearing(kube_api, kube_env, tmp_path):
+    """The GPU Operator's mig-manager path: the lease is released after the failure, and the Node carries why
+    (annotation, Warning Event) until a later run succeeds."""
+    from tests.integration.test_gpu_operator import FAST as OPERATOR_FAST, operator_fleet
+    fleet = operator_fleet(tmp_path, kube_api, kube_env, models=("1xA100-SXM4-40GB",))
+    sim.add_fault(fleet.state_path("gpu-0"), "nvmlDeviceCreateGpuInstanceWithPlacement", "INSUFFICIENT_RESOURCES")
+    failed = fleet.run(PLAYBOOK, dict(OPERATOR_FAST, mig_node_config_name="layout-b"))
+    assert failed.recap["gpu-0"]["failed"] == 1 and "mig-manager failed" in failed.stdout, output(failed)
+    note = json.loads(kube_api.get("Node", "gpu-0")["metadata"]["annotations"][LAST_ERROR])
+    assert note["layout"] == "layout-b" and note["step"] == "Fail when mig-manager did not apply the layout", note
+    assert "nvidia.com/mig.config.state=failed" in note["message"]
+    events = [(e["reason"], e["type"]) for e in kube_api.list("Event", "default")
+              if e["involvedObject"]["name"] == "gpu-0"]
+    assert events == [("MigReconfigureFailed", "Warning")]
+    assert kube_api.find("Lease", "gpuops-mig-gpu-0") is None
+
+    sim.clear_faults(fleet.state_path("gpu-0"))
+    again = fleet.run(PLAYBOOK, dict(OPERATOR_FAST, mig_node_config_name="layout-b"))
+    assert again.recap["gpu-0"]["failed"] == 0, output(again)
+    assert LAST_ERROR not in (kube_api.get("Node", "gpu-0")["metadata"].get("annotations") or {})
+    events = sorted((e["reason"], e["type"]) for e in kube_api.list("Event", "default")
+                    if e["involvedObject"]["name"] == "gpu-0")
+    assert events == [("MigReconfigureFailed", "Warning"), ("MigReconfigured", "Normal")]
+    assert kube_api.find("Lease", "gpuops-mig-gpu-0") is None
