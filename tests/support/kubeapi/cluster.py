@@ -19,7 +19,7 @@ import uuid
 
 from . import controllers, patch as patches, resources
 from .controllers import now
-from .errors import ApiError, already_exists, bad_request, conflict, not_found
+from .errors import ApiError, already_exists, bad_request, conflict, not_found, resource_version_required
 from .selectors import fields_match, labels_match, parse_field_selector, parse_label_selector, selector_requirements
 
 log = logging.getLogger(__name__)
@@ -230,9 +230,15 @@ class Cluster:
             old = self._objects.get(key)
             if old is None:
                 raise not_found(res, name)
+            # Optimistic concurrency as the generic registry's Update does it (staging/src/k8s.io/apiserver/pkg/
+            # registry/generic/registry/store.go): a resourceVersion that is not the stored one is a 409
+            # Conflict, for a PUT and for a patch that sets it alike; none is an unconditional update where the
+            # kind's strategy allows one, else 422. Patches without one always apply to the stored object.
             sent_rv = (body.get("metadata") or {}).get("resourceVersion")
             if sent_rv and sent_rv != old["metadata"]["resourceVersion"]:
                 raise conflict(res, name)
+            if not sent_rv and part == "main" and res.kind in resources.UPDATE_NEEDS_RESOURCE_VERSION:
+                raise resource_version_required(res, name)
             if part == "status":
                 new = copy.deepcopy(old)
                 new["status"] = copy.deepcopy(body.get("status"))

@@ -90,6 +90,10 @@ GENERATION_KINDS = {
     "PodDisruptionBudget", "CustomResourceDefinition", "ClusterPolicy", "DeviceClass",
 }
 
+# Kinds whose REST strategy answers AllowUnconditionalUpdate() false: a PUT must carry the resourceVersion it
+# read (pkg/registry/coordination/lease/strategy.go for Lease). Only the kinds the roles write are listed.
+UPDATE_NEEDS_RESOURCE_VERSION = {"Lease"}
+
 # Kinds that `kubectl get all` lists.
 ALL_CATEGORY = {"Pod", "Service", "ReplicationController", "Deployment", "DaemonSet", "StatefulSet", "ReplicaSet",
                 "Job", "CronJob", "HorizontalPodAutoscaler"}

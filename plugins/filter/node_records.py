@@ -1,0 +1,27 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the gpuops.mig collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Filters for what a rollout writes about itself (logic in plugin_utils/_node_records.py)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_records as records
+
+
+def rollout_identity(given):
+    """This run's identity, on the controller: its host name, environment (AWX's JOB_ID) and clock."""
+    return records.rollout_identity(given, os.environ, socket.gethostname(), token=secrets.token_hex(4))
+
+
+class FilterModule(object):
+    def filters(self):
+        return {
+            "mig_rollout_identity": rollout_identity,
+            "mig_node_failure": records.node_failure,
+            "mig_node_success": records.node_success,
+        }

@@ -1,0 +1,89 @@
+"""One writer per node: the lease decisions (plugins/module_utils/_lease.py)."""
+
+import datetime
+
+import pytest
+
+from ansible_collections.gpuops.mig.plugins.module_utils import _lease as lease
+
+NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.timezone.utc)
+US = dict(run_id="20260101T115500Z-aaaa", controller="ctl-1", job_id="", started="2026-01-01T11:55:00Z")
+THEM = dict(run_id="20260101T114000Z-bbbb", controller="ctl-2", job_id="4711", started="2026-01-01T11:40:00Z")
+
+
+def held_by(holder, renewed_ago, duration=600):
+    moment = NOW - datetime.timedelta(seconds=renewed_ago)
+    return lease.record(holder, moment, duration, acquire_time="2026-01-01T11:40:00.000000Z")
+
+
+@pytest.mark.parametrize("state, current, expected", [
+    ("acquired", None, lease.CREATE),
+    ("acquired", held_by(US, 10), lease.RENEW),               # re-entrant: this run holds it already
+    ("acquired", held_by(THEM, 10), lease.REFUSE),
+    ("acquired", held_by(THEM, 600), lease.REFUSE),           # renew + duration == now: not yet expired
+    ("acquired", held_by(THEM, 601), lease.TAKE_OVER),
+    ("acquired", dict(held_by(THEM, 10), holder_identity=""), lease.TAKE),   # released, not deleted
+    ("renewed", held_by(US, 10), lease.RENEW),
+    ("renewed", None, lease.CREATE),
+    ("renewed", held_by(THEM, 10), lease.LOST),
+    ("renewed", held_by(THEM, 9999), lease.TAKE_OVER),
+    ("released", held_by(US, 10), lease.RELEASE),
+    ("released", held_by(THEM, 10), lease.NOTHING),
+    ("released", None, lease.NOTHING),
+])
+def test_decide(state, current, expected):
+    assert lease.decide(state, current, US, NOW) == expected
+
+
+def test_a_record_without_time_or_duration_never_expires_by_itself():
+    assert not lease.expired(dict(holder_identity="x", renew_time="", acquire_time="", duration=600), NOW)
+    assert not lease.expired(dict(holder_identity="x", renew_time="2020-01-01T00:00:00Z", duration=0), NOW)
+    assert lease.expired(dict(holder_identity="x", renew_time="", acquire_time="2020-01-01T00:00:00Z",
+                              duration=5), NOW)
+
+
+def test_unknown_state_is_refused():
+    with pytest.raises(ValueError):
+        lease.decide("taken", None, US, NOW)
+
+
+def test_lease_object_round_trip_keeps_holder_and_times():
+    rec = lease.record(THEM, NOW, 3600)
+    obj = lease.lease_object("gpuops-mig-gpu-1", "default", "gpu-1", rec, resource_version="42")
+    assert obj["apiVersion"] == "coordination.k8s.io/v1" and obj["kind"] == "Lease"
+    assert obj["spec"] == {"holderIdentity": "gpuops.mig run 20260101T114000Z-bbbb on ctl-2 (AWX job 4711), "
+                                             "started 2026-01-01T11:40:00Z",
+                           "leaseDurationSeconds": 3600, "acquireTime": "2026-01-01T12:00:00.000000Z",
+                           "renewTime": "2026-01-01T12:00:00.000000Z"}
+    assert obj["metadata"]["annotations"]["gpuops.mig/lease-job-id"] == "4711"
+    assert obj["metadata"]["resourceVersion"] == "42"
+    back = lease.from_lease(obj)
+    assert back.pop("resource_version") == "42"
+    assert back == rec
+    assert lease.decide("acquired", back, THEM, NOW) == lease.RENEW
+
+
+def test_renewal_keeps_the_acquire_time():
+    first = lease.record(US, NOW, 60)
+    later = lease.record(US, NOW + datetime.timedelta(seconds=30), 60, first["acquire_time"])
+    assert later["acquire_time"] == first["acquire_time"] and later["renew_time"] > first["renew_time"]
+
+
+def test_messages_name_the_holder_and_since_when():
+    current = held_by(THEM, 10)
+    text = lease.held_message("gpu-1", current, waited=30)
+    assert text.startswith("gpu-1: another MIG rollout holds this node after waiting 30 s: gpuops.mig run "
+                           "20260101T114000Z-bbbb on ctl-2 (AWX job 4711)")
+    assert "holds it since 2026-01-01T11:40:00.000000Z" in text and "Nothing was changed" in text
+    assert "mig_node_lease_duration" in lease.lost_message("gpu-1", current)
+    taken = lease.outcome(lease.TAKE_OVER, current, "gpu-1")
+    assert taken["changed"] and "took the lease over from gpuops.mig run 20260101T114000Z-bbbb" in taken["msg"]
+    assert taken["taken_over_from"].startswith("gpuops.mig run 20260101T114000Z-bbbb")
+    assert lease.outcome(lease.NOTHING, None, "gpu-1")["changed"] is False
+
+
+def test_times_parse_with_and_without_fraction():
+    assert lease.parse_time("2026-01-01T12:00:00.000000Z") == NOW
+    assert lease.parse_time("2026-01-01T12:00:00Z") == NOW
+    assert lease.parse_time("2026-01-01T12:00:00+00:00") == NOW
+    assert lease.parse_time("soon") is None and lease.parse_time(None) is None
