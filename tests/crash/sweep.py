@@ -46,7 +46,10 @@ from tests.support.kubeapi import KubeAPI, seed  # noqa: E402
 PAUSED = "paused-for-mig-change"
 # What the re-run may take: the variables a test of a crashed run needs so that nothing waits on
 # real-cluster timeouts (a crashed holder's lease expires after its duration).
-RERUN_VARS = {"mig_node_validate_delay": "1", "mig_node_drain_retry_delay": "1"}
+# A crashed run's lease is taken over once it has not been renewed for its duration: short here.
+LEASE_SECONDS = 20
+RERUN_VARS = {"mig_node_validate_delay": "1", "mig_node_drain_retry_delay": "1",
+              "mig_node_lease_duration": str(LEASE_SECONDS)}
 TARGET = {
     "node-a": {0: {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}},   # all-balanced on an A100-40GB
     "node-b": {0: {"2g.12gb": 2}},
@@ -160,8 +163,9 @@ def boundaries(workdir, extra_vars=None):
         api.stop()
 
 
-def crash_and_rerun(workdir, point, extra_vars=None, settle=0):
-    """Kill site.yml at boundary `point`, run it again, and say what is not whole."""
+def crash_and_rerun(workdir, point, extra_vars=None, settle=LEASE_SECONDS + 1):
+    """Kill site.yml at boundary `point`, wait until its lease has lapsed, run it again, and say what
+    is not whole."""
     api, fleet = scenario(workdir, extra_vars)
     try:
         clients = dict((name, list(sim.load_state(fleet.state_path(name))["host"]["clients"])) for name in TARGET)
@@ -183,7 +187,8 @@ def main(argv=None):
     parser.add_argument("--points", help="comma-separated boundaries (default: all)")
     parser.add_argument("--list", action="store_true", help="print the boundaries and exit")
     parser.add_argument("-e", "--extra-vars", default="{}", help="JSON variables for both runs")
-    parser.add_argument("--settle", type=float, default=0, help="seconds between the crash and the re-run")
+    parser.add_argument("--settle", type=float, default=LEASE_SECONDS + 1,
+                        help="seconds between the crash and the re-run (default: the crashed run's lease lapses)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     extra = json.loads(args.extra_vars)
