@@ -63,14 +63,16 @@ def fleet_summary(reports, hosts, decisions=None, skipped=None):
     """Rows for every host, and totals.
 
     reports: {host: node_report() or None}; decisions: {host: the preview's decision or None}; skipped:
-    {host: why its preview refused it, or None} (gpuops_mig_preview_failure=skip). A converged host with no
+    {host: preview_failure() for a node the preview refused, or {}} (gpuops_mig_preview_failure=skip; a
+    failure that stopped the rollout is no skip). A converged host with no
     report was finished by its preview alone; any other host without one did not get its turn (the rollout
     stopped before its batch) or failed before the role could record it."""
     rows = []
     for host in sorted(hosts):
         report = reports.get(host) or None         # {} or None: no report
         decision = (decisions or {}).get(host)
-        reason = (skipped or {}).get(host)
+        failure = (skipped or {}).get(host) or {}
+        reason = failure.get("reason") if failure.get("skip") else None
         if report is None and (decision or {}).get("path") == "converged":
             report = node_report(decision)
         missing = {"outcome": "skipped" if reason else "not done", "path": (decision or {}).get("path"),

@@ -60,11 +60,13 @@ def test_preview_failure_stop_or_skip():
 
 
 def test_skipped_nodes_are_listed_with_the_reason():
-    from ansible_collections.gpuops.mig.plugins.plugin_utils._rollout_report import fleet_summary
+    from ansible_collections.gpuops.mig.plugins.plugin_utils._rollout_report import fleet_summary, preview_failure
     out = fleet_summary({"a": None, "b": None}, ["a", "b"], {"a": {"path": "converged"}, "b": {}},
-                        {"a": None, "b": "b: refused, nothing was changed."})
+                        {"a": {}, "b": preview_failure("b: refused, nothing was changed.", "skip")})
     rows = dict((r["node"], r) for r in out["nodes"])
     assert rows["a"]["outcome"] == "converged" and "reason" not in rows["a"]
     assert rows["b"]["outcome"] == "skipped" and rows["b"]["reason"] == "b: refused, nothing was changed."
     assert out["totals"] == {"converged": 1, "skipped": 1}
     assert out["table"][-1] == "b skipped: b: refused, nothing was changed."
+    stopped = fleet_summary({}, ["c"], {}, {"c": preview_failure("c: refused", "stop")})
+    assert stopped["nodes"][0]["outcome"] == "not done" and "reason" not in stopped["nodes"][0]
