@@ -72,10 +72,12 @@ def test_typo_skip_and_force(kube_api, kube_env, tmp_path):
 def test_a_mig_manager_run_in_flight_is_waited_out_before_the_label_changes(kube_api, kube_env, tmp_path):
     fleet = operator_fleet(tmp_path, kube_api, kube_env, models=("1xH100-SXM5-80GB",))
     # A run for layout-a in flight (pending) when the rollout to layout-b starts: it ends with its own
-    # success after the collection could have patched the label.
+    # success after the collection could have patched the label. Runs take a while (2 s a step), as real
+    # ones do, so that the GPUs are checked before the run for layout-b could have made them right.
     kube_api.patch("Node", "gpu-0", {"metadata": {"labels": {CONFIG: "layout-a"},
-                                                  "annotations": {migmanager.HOLD_ANNOTATION: "8"}}})
-    for _ in range(100):
+                                                  "annotations": {migmanager.HOLD_ANNOTATION: "50",
+                                                                  migmanager.DELAY_ANNOTATION: "2"}}})
+    for _ in range(200):
         if kube_api.get("Node", "gpu-0")["metadata"]["labels"].get(STATE) == "pending":
             break
         time.sleep(0.05)

@@ -36,10 +36,11 @@ Every `success`/`failed` (steps 2, 3 and 8) first restores the deploy labels as 
 real setState does; so a new pod after a wedge puts paused labels back to true.
 
 Knobs (node annotations): kubeapi.test/mig-manager-hold: "<seconds>" makes the next run that gets to
-step 4 stay `pending` that long before it goes on (the annotation is removed): a run in flight, as a
-real one is while it waits for the GPU clients to stop (pkg/mig/reconfigure/reconfigure.go Run sets
-pending, then shuts the clients down and waits up to minutes for their pods), for tests of what
-happens when the label changes meanwhile. kubeapi.test/mig-manager-wedge: "once" makes the next run that gets to
+step 4 stay `pending` (the annotation is removed) until `nvidia.com/mig.config` changes or that many
+seconds have passed, then go on with the value it started with: a run in flight, as a real one is
+while it waits for the GPU clients to stop (pkg/mig/reconfigure/reconfigure.go Run sets pending, then
+shuts the clients down and waits up to minutes for their pods), whose end comes right after a label
+change, the worst case for whoever changed the label, whatever the speed of the test machine. kubeapi.test/mig-manager-wedge: "once" makes the next run that gets to
 step 6 stop there (pending, labels paused, nothing applied); the annotation is removed. Deleting the
 mig-manager pod then (the DaemonSet recreates it) re-runs the current label and recovers.
 A run whose pod is deleted stops at its next step and leaves the labels as they are.
@@ -221,13 +222,17 @@ class _Run:
             raise _Stopped()
 
     def hold(self, seconds):
-        """Stay where the run is (a run in flight) for `seconds`, stopping if the pod goes."""
-        self.say(f"held at pending for {seconds} s ({HOLD_ANNOTATION})")
+        """Stay where the run is (in flight) until the node's mig.config changes or `seconds` pass; stop if the
+        pod goes."""
+        self.say(f"held at pending for up to {seconds} s ({HOLD_ANNOTATION})")
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             time.sleep(0.05)
             if not self.alive():
                 raise _Stopped()
+            if (self.node()["metadata"].get("labels") or {}).get(MIG_CONFIG) != self.value:
+                self.say(f"{MIG_CONFIG} changed during the run; it goes on with {self.value!r}")
+                return
 
     def label(self, labels):
         with self.cluster.lock:
