@@ -51,6 +51,8 @@ def test_typo_skip_and_force(kube_api, kube_env, tmp_path):
         assert fleet.digest("gpu-busy") == before["gpu-busy"]
         assert not kube_api.get("Node", "gpu-busy")["spec"].get("unschedulable")
         assert fleet.devices("gpu-free") == {0: {"1g.10gb": 7}}
+        assert "1 node(s) to change (gpu-free), 0 already converged. 1 skipped, left as they are (gpu-busy)." \
+            in skipped.stdout, output(skipped)
         summary = skipped.stdout.split("TASK [Show the summary]")[1]
         assert "gpu-busy  skipped" in summary and "gpu-free  changed" in summary, summary
         assert "gpu-busy skipped: " in summary and "force" in summary.split("gpu-busy skipped: ")[1], summary
