@@ -124,8 +124,8 @@ options:
     default: false
   force:
     description:
-      - Plan as M(gpuops.mig.mig_mode) and M(gpuops.mig.mig_config) will apply with O(gpuops.mig.mig_config#module:force=true):
-        MIG devices with processes that must go are planned to be destroyed instead of refusing the node.
+      - Plan as M(gpuops.mig.mig_mode) and M(gpuops.mig.mig_config) will apply with O(gpuops.mig.mig_config#module:force=true),
+        so that MIG devices with processes that must go are planned to be destroyed instead of refusing the node.
       - From C(mig_node_force).
     type: bool
     default: false

@@ -40,9 +40,10 @@ step 4 stay `pending` (the annotation is removed) until `nvidia.com/mig.config` 
 seconds have passed, then go on with the value it started with: a run in flight, as a real one is
 while it waits for the GPU clients to stop (pkg/mig/reconfigure/reconfigure.go Run sets pending, then
 shuts the clients down and waits up to minutes for their pods), whose end comes right after a label
-change, the worst case for whoever changed the label, whatever the speed of the test machine. kubeapi.test/mig-manager-wedge: "once" makes the next run that gets to
-step 6 stop there (pending, labels paused, nothing applied); the annotation is removed. Deleting the
-mig-manager pod then (the DaemonSet recreates it) re-runs the current label and recovers.
+change, the worst case for whoever changed the label, whatever the speed of the test machine.
+kubeapi.test/mig-manager-wedge: "once" makes the next run that gets to step 6 stop there (pending,
+labels paused, nothing applied); the annotation is removed. Deleting the mig-manager pod then (the
+DaemonSet recreates it) re-runs the current label and recovers.
 A run whose pod is deleted stops at its next step and leaves the labels as they are.
 
 Not emulated: generated per-node configs (an empty config name reads default-mig-parted-config),

@@ -295,3 +295,21 @@ def test_a_node_with_no_layout_to_apply_is_left_alone():
     # Even where mig-manager runs: nothing is applied, so nothing is fought over.
     theirs = node({d.LABEL_MIG_MANAGER: "true"})
     assert d.decide(unread, theirs, d.operator_view([policy()], theirs), settings(source="gpuops_mig_plan"))["path"] == "converged"
+
+
+@pytest.mark.parametrize("state, in_flight, finished", [
+    ("pending", True, False), ("rebooting", True, False), ("success", False, True), ("failed", False, True),
+    (None, False, False)])
+def test_mig_manager_run_from_the_state_label(state, in_flight, finished):
+    run = d.mig_manager_run(node({d.LABEL_STATE: state} if state else {}))
+    assert run == {"state": state or "", "in_flight": in_flight, "finished": finished, "settled": not in_flight}
+
+
+def test_a_mig_manager_run_in_flight_is_in_the_decision():
+    theirs = node({d.LABEL_MIG_MANAGER: "true", d.LABEL_STATE: "pending"})
+    out = d.decide(info(geometry=True), theirs, d.operator_view([policy()], theirs), settings(source="configmap"))
+    assert out["path"] == "mig-manager" and out["mig_manager_run"]["in_flight"] is True
+    assert out["summary"].endswith("(applied by the GPU Operator's mig-manager), once its run in flight "
+                                   "(nvidia.com/mig.config.state=pending) has ended.")
+    mine = node({d.LABEL_MIG_MANAGER: "false", d.LABEL_STATE: "pending"})
+    assert d.decide(info(geometry=True), mine, d.operator_view([policy()], mine), settings())["mig_manager_run"] is None
