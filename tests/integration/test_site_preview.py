@@ -109,3 +109,18 @@ def test_a_clusterpolicy_without_mig_strategy_means_none(kube_api, kube_env, tmp
     assert refused.returncode != 0
     assert "ClusterPolicy cluster-policy sets no mig.strategy (its device plugin and GFD run with their default, " \
            "'none')" in refused.stdout, output(refused)
+
+
+def test_a_run_wedged_before_the_rollout_is_recovered_before_the_label_changes(kube_api, kube_env, tmp_path):
+    fleet = operator_fleet(tmp_path, kube_api, kube_env, models=("1xH100-SXM5-80GB",))
+    # An earlier run wedged at pending (gpu-operator issue 2833): no run is in flight, the state stays pending.
+    kube_api.patch("Node", "gpu-0", {"metadata": {"labels": {CONFIG: "layout-a"},
+                                                  "annotations": {migmanager.WEDGE_ANNOTATION: "once"}}})
+    migmanager.wait_idle(kube_api)
+    assert kube_api.get("Node", "gpu-0")["metadata"]["labels"][STATE] == "pending"
+    site = fleet.run("playbooks/site.yml", dict(FAST, mig_node_config_name="layout-b", mig_node_mig_manager_timeout="5"))
+    assert site.returncode == 0, output(site)
+    assert "Let its run end" in site.stdout, output(site)
+    assert profiles(fleet, "gpu-0") == [9, 9]
+    labels = kube_api.get("Node", "gpu-0")["metadata"]["labels"]
+    assert labels[CONFIG] == "layout-b" and labels[STATE] == "success"
