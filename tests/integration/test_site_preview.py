@@ -45,6 +45,9 @@ def test_typo_skip_and_force(kube_api, kube_env, tmp_path):
         assert "unknown variable mig_node_config_nmae (did you mean mig_node_config_name?)" in typo.stdout, output(typo)
         assert {name: fleet.digest(name) for name in fleet.hosts} == before
 
+        bad = fleet.run("playbooks/site.yml", dict(fast, gpuops_mig_preview_failure="skp"))
+        assert bad.returncode != 0 and "gpuops_mig_preview_failure must be stop or skip, not 'skp'" in bad.stdout
+
         # skip: the busy node is left as it is and listed with the reason; the other one is rolled out.
         skipped = fleet.run("playbooks/site.yml", dict(fast, gpuops_mig_preview_failure="skip"))
         assert skipped.returncode == 0, output(skipped)
