@@ -23,6 +23,7 @@ from ansible_collections.gpuops.mig.plugins.module_utils import _migparted as mi
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_decision as node_decision
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _preflight as preflight
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _variable_names as variable_names
 
 ARGUMENT_SPEC = dict(
     decide=dict(type="bool", default=True),
@@ -43,6 +44,7 @@ ARGUMENT_SPEC = dict(
     config_name=dict(type="str", default=""),
     config_from_label=dict(type="bool", default=True),
     allow_unmatched=dict(type="bool", default=False),
+    force=dict(type="bool", default=False),
     strategy=dict(type="str", default=""),
     operator_mode=dict(type="str", default="auto"),
     cordoned_annotation=dict(type="str", default="gpuops.mig/cordoned"),
@@ -70,7 +72,7 @@ ROLE_OPTIONS = (
     ("configmap", "mig_node_config_configmap"), ("configmap_namespace", "mig_node_config_configmap_namespace"),
     ("configmap_key", "mig_node_config_configmap_key"), ("config_name", "mig_node_config_name"),
     ("config_from_label", "mig_node_config_from_label"), ("allow_unmatched", "mig_node_allow_unmatched"),
-    ("strategy", "mig_node_mig_strategy"), ("operator_mode", "mig_node_operator_mode"),
+    ("force", "mig_node_force"), ("strategy", "mig_node_mig_strategy"), ("operator_mode", "mig_node_operator_mode"),
     ("reboot_method", "mig_node_reboot_method"), ("reboot_command", "mig_node_reboot_command"),
     ("driver_root", "mig_node_driver_root"),
 )
@@ -121,6 +123,14 @@ def options_from_role(host, args, role_vars, given):
     return args
 
 
+def check_variable_names(host, task_vars):
+    """A variable with the collection's prefixes that nothing documents is a typo Ansible would ignore."""
+    known = variable_names.known_names(os.path.dirname(os.path.normpath(task_vars["role_path"])))
+    message = variable_names.problem(host, task_vars, known)
+    if message:
+        raise Refused(message)
+
+
 def check_settings(host, args, sources):
     if len(sources) > 1:
         raise Refused("%s: declare the MIG layout with exactly one of mig_node_config (a mig-parted config), "
@@ -169,6 +179,7 @@ class ActionModule(ActionBase):
             role_vars = self._check_role_variables(host, task_vars)
             if args["role_variables"]:
                 args = options_from_role(host, args, role_vars, self._task.args)
+                check_variable_names(host, task_vars)
             if args["decide"]:
                 layout = self._layout(host, args, task_vars)
                 module_args = dict(layout["module_args"])
@@ -297,7 +308,9 @@ class ActionModule(ActionBase):
         """gpuops.mig.mig_node_info once; with nvidia-ml-py missing and preflight.install_nvml, pip installs it
         and the node is read again."""
         checks = args["preflight"] or {}
-        read_args = dict(module_args, driver_root=args["driver_root"], fail_on_missing_driver=False)
+        # force plans as mig_mode and mig_config will apply (busy devices destroyed rather than refused).
+        read_args = dict(module_args, driver_root=args["driver_root"], fail_on_missing_driver=False,
+                         force=args["force"])
         if checks.get("container_toolkit_command"):
             read_args["container_toolkit_command"] = checks["container_toolkit_command"]
         info = self._execute_module("gpuops.mig.mig_node_info", module_args=read_args, task_vars=task_vars)

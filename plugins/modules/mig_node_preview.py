@@ -52,7 +52,7 @@ options:
         the task runs in, as the role's argument spec checks and types them (C(mig_node_kubernetes),
         C(mig_node_k8s_node_name), C(mig_node_config), C(mig_node_config_file), C(mig_node_layouts),
         C(mig_node_config_configmap), C(mig_node_config_configmap_namespace), C(mig_node_config_configmap_key),
-        C(mig_node_config_name), C(mig_node_config_from_label), C(mig_node_allow_unmatched),
+        C(mig_node_config_name), C(mig_node_config_from_label), C(mig_node_allow_unmatched), C(mig_node_force),
         C(mig_node_mig_strategy), C(mig_node_operator_mode), C(mig_node_reboot_method), C(mig_node_reboot_command),
         C(mig_node_driver_root), and O(restore) from C(mig_node_persist*) and C(mig_node_reset_gpus)); an empty
         string counts as not set.
@@ -120,6 +120,13 @@ options:
     default: true
   allow_unmatched:
     description: As M(gpuops.mig.mig_config)'s O(gpuops.mig.mig_config#module:allow_unmatched).
+    type: bool
+    default: false
+  force:
+    description:
+      - Plan as M(gpuops.mig.mig_mode) and M(gpuops.mig.mig_config) will apply with O(gpuops.mig.mig_config#module:force=true),
+        so that MIG devices with processes that must go are planned to be destroyed instead of refusing the node.
+      - From C(mig_node_force).
     type: bool
     default: false
   strategy:

@@ -23,6 +23,12 @@ STRATEGIES = ("none", "single", "mixed")
 OPERATOR_MODES = ("auto", "mig-manager", "takeover")
 
 
+# nvidia.com/mig.config.state while mig-manager works on the node (pending; rebooting until its pod comes back
+# after the reboot and runs again), and when its run has ended (NVIDIA/mig-parted pkg/mig/reconfigure).
+MIG_MANAGER_IN_FLIGHT = ("pending", "rebooting")
+MIG_MANAGER_FINISHED = ("success", "failed")
+
+
 class DecisionError(Exception):
     """A node the rollout must not touch, with the reason (nothing was changed)."""
 
@@ -39,8 +45,9 @@ def operator_view(policies, node=None, daemonsets=()):
     view = {"present": False, "dra": dra_view(daemonsets, labels)}
     if not policies:
         return view
-    policy = sorted(policies, key=lambda p: p["metadata"]["name"])[0]
+    policy = active_policy(policies)
     spec = policy.get("spec") or {}
+    strategy = (spec.get("mig") or {}).get("strategy") or ""
     mig_manager = spec.get("migManager") or {}
     config = mig_manager.get("config") or {}
     enabled = mig_manager.get("enabled") is not False     # unset means enabled
@@ -50,7 +57,11 @@ def operator_view(policies, node=None, daemonsets=()):
         present=True,
         name=policy["metadata"]["name"],
         namespace=(policy.get("status") or {}).get("namespace") or "gpu-operator",
-        mig_strategy=((spec.get("mig") or {}).get("strategy") or ""),
+        # Unset (CRs written by hand or by OLM carry none): the operator sets no MIG_STRATEGY env on the device
+        # plugin and GFD (NVIDIA/gpu-operator controllers/object_controls.go applyMIGConfiguration), so they run
+        # with their own default, none.
+        mig_strategy=strategy or "none",
+        mig_strategy_set=bool(strategy),
         device_plugin=(spec.get("devicePlugin") or {}).get("enabled") is not False,
         gfd=(spec.get("gfd") or {}).get("enabled") is not False,
         mig_manager={
@@ -65,6 +76,15 @@ def operator_view(policies, node=None, daemonsets=()):
         },
     )
     return view
+
+
+def active_policy(policies):
+    """The ClusterPolicy the operator acts on: the oldest (creationTimestamp, then name), as its controllers
+    select it (NVIDIA/gpu-operator controllers/active_config.go getSingletonClusterPolicy); the others it
+    marks ignored. RFC 3339 timestamps of the API server sort as text; a missing one sorts first, as Go's zero
+    time does."""
+    return min(policies, key=lambda p: ((p.get("metadata") or {}).get("creationTimestamp") or "",
+                                        p["metadata"]["name"]))
 
 
 def dra_view(daemonsets, node_labels):
@@ -131,10 +151,12 @@ def effective_strategy(declared, operator, host):
         raise DecisionError("%s: mig_node_mig_strategy must be none, single or mixed, not '%s'" % (host, declared))
     theirs = operator.get("mig_strategy") if operator.get("present") else ""
     if declared and theirs and declared != theirs:
+        has = ("has mig.strategy '%s'" % theirs) if operator.get("mig_strategy_set", True) else \
+            "sets no mig.strategy (its device plugin and GFD run with their default, '%s')" % theirs
         raise DecisionError(
-            "%s: mig_node_mig_strategy is '%s' but the GPU Operator's ClusterPolicy %s has mig.strategy '%s'. "
+            "%s: mig_node_mig_strategy is '%s' but the GPU Operator's ClusterPolicy %s %s. "
             "Nothing was changed. Declare '%s' (or leave mig_node_mig_strategy empty), or change the ClusterPolicy."
-            % (host, declared, operator["name"], theirs, theirs))
+            % (host, declared, operator["name"], has, theirs))
     return declared or theirs or "mixed"
 
 
@@ -170,6 +192,15 @@ def operator_mode(wanted, operator, source, host):
         "Either let the collection drive mig-manager with the operator's config (leave the layout out, or set "
         "mig_node_config_configmap), or set mig_node_operator_mode=takeover to switch mig-manager off on the node."
         % (host, source))
+
+
+def mig_manager_run(node):
+    """What the node's nvidia.com/mig.config.state says of mig-manager's run: {state, in_flight, finished,
+    settled}. A run in flight ends with its own success or failed whatever the label asks meanwhile (mig-manager
+    reads a new nvidia.com/mig.config value only between runs), so the label is changed only once it is settled."""
+    state = _labels(node).get(LABEL_STATE, "")
+    return {"state": state, "in_flight": state in MIG_MANAGER_IN_FLIGHT, "finished": state in MIG_MANAGER_FINISHED,
+            "settled": state not in MIG_MANAGER_IN_FLIGHT}
 
 
 def _why_not_on_node(manager):
@@ -246,6 +277,8 @@ def decide(info, node, operator, settings):
         "cordoned_earlier": settings.get("cordoned_annotation", "") in _annotations(node),
         "unschedulable": bool(((node or {}).get("spec") or {}).get("unschedulable")),
         "converged_labels": {},
+        # A mig-manager run already in flight is waited out before the label changes (drive.yml).
+        "mig_manager_run": mig_manager_run(node) if mode == "mig-manager" else None,
     }
     if settings.get("kubernetes") and path == "converged":
         wanted = {LABEL_CONFIG: settings["config_label"]}
@@ -283,6 +316,9 @@ def _summary(host, label, decision):
     parts = (["MIG mode change"] if decision["mode_change"] else []) + \
             (["geometry change"] if decision["geometry_change"] else [])
     how = " (applied by the GPU Operator's mig-manager)" if decision["path"] == "mig-manager" else ""
+    run = decision.get("mig_manager_run") or {}
+    if decision["path"] == "mig-manager" and run.get("in_flight"):
+        how += ", once its run in flight (nvidia.com/mig.config.state=%s) has ended" % run["state"]
     return "%s: layout '%s' is not in place: %s needed%s." % (host, label, " and ".join(parts), how)
 
 

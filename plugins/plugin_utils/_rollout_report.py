@@ -44,26 +44,48 @@ def batch_stops(failed, size, max_fail_percentage=0):
     return failed > 0 and (failed * 100 > float(max_fail_percentage or 0) * size or failed == size)
 
 
-def fleet_summary(reports, hosts, decisions=None):
+PREVIEW_FAILURE_POLICIES = ("stop", "skip")
+
+
+def preview_failure(message, policy="stop"):
+    """What a node refused in site.yml's preview means for the rollout (gpuops_mig_preview_failure).
+
+    stop: the rollout stops before any node changes ({"skip": False}); skip: the node is left untouched,
+    the others go on, and the summary lists it with the reason ({"skip": True, "reason": message})."""
+    policy = str(policy if policy is not None else "stop").strip().lower() or "stop"
+    if policy not in PREVIEW_FAILURE_POLICIES:
+        raise ValueError("gpuops_mig_preview_failure must be stop or skip, not '%s'" % policy)
+    reason = " ".join(str(message or "the preview failed").split())
+    return {"skip": policy == "skip", "reason": reason}
+
+
+def fleet_summary(reports, hosts, decisions=None, skipped=None):
     """Rows for every host, and totals.
 
-    reports: {host: node_report() or None}; decisions: {host: the preview's decision or None}. A converged
-    host with no report was finished by its preview alone; any other host without one did not get its turn
-    (the rollout stopped before its batch) or failed before the role could record it."""
+    reports: {host: node_report() or None}; decisions: {host: the preview's decision or None}; skipped:
+    {host: preview_failure() for a node the preview refused, or {}} (gpuops_mig_preview_failure=skip; a
+    failure that stopped the rollout is no skip). A converged host with no
+    report was finished by its preview alone; any other host without one did not get its turn (the rollout
+    stopped before its batch) or failed before the role could record it."""
     rows = []
     for host in sorted(hosts):
         report = reports.get(host) or None         # {} or None: no report
         decision = (decisions or {}).get(host)
+        failure = (skipped or {}).get(host) or {}
+        reason = failure.get("reason") if failure.get("skip") else None
         if report is None and (decision or {}).get("path") == "converged":
             report = node_report(decision)
-        missing = {"outcome": "not done", "path": (decision or {}).get("path"), "mode_changes": None,
-                   "destroyed": None, "created": None, "reboots": None, "seconds": None}
+        missing = {"outcome": "skipped" if reason else "not done", "path": (decision or {}).get("path"),
+                   "mode_changes": None, "destroyed": None, "created": None, "reboots": None, "seconds": None}
         row = dict(node=host, **(report or missing))
+        if reason and not report:
+            row["reason"] = reason
         rows.append(row)
     totals = {}
     for row in rows:
         totals[row["outcome"]] = totals.get(row["outcome"], 0) + 1
-    return {"nodes": rows, "totals": totals, "table": table(rows)}
+    reasons = ["%s skipped: %s" % (row["node"], row["reason"]) for row in rows if row.get("reason")]
+    return {"nodes": rows, "totals": totals, "table": table(rows) + reasons}
 
 
 def table(rows):

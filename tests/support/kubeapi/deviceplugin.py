@@ -7,7 +7,9 @@ reads the state file when a device-plugin or GFD pod appears on the node
 (created by the DaemonSet controller, e.g. after a role deletes the old pod):
 
 - a plugin pod publishes node capacity/allocatable `nvidia.com/gpu` and
-  `nvidia.com/mig-<profile>` for the MIG_STRATEGY of its container env;
+  `nvidia.com/mig-<profile>` for the MIG_STRATEGY of its container env (none without one: the
+  operator sets none for a ClusterPolicy without mig.strategy and leaves the plugin to its default,
+  NVIDIA/gpu-operator controllers/object_controls.go applyMIGConfiguration);
 - a GFD pod publishes the GFD labels (`nvidia.com/gpu.product`, `.count`,
   `nvidia.com/mig.capable`, `nvidia.com/mig.strategy`, `nvidia.com/mig-<profile>.count`, ...).
 

@@ -7,7 +7,12 @@ reference/gpu-operator.md section 4; NVIDIA/mig-parted pkg/mig/reconfigure/recon
 
 Triggers: a new mig-manager pod on the node (it acts on the current `nvidia.com/mig.config`), and a
 change of that label's value. Setting the same value again, or an empty value, does nothing.
-Requests are coalesced (only the latest value waits) and runs on a node are serialised.
+Requests are coalesced (only the latest value waits) and runs on a node are serialised: as in
+NVIDIA/mig-parted cmd/nvidia-mig-manager/main.go (the node informer's AddFunc/UpdateFunc feed a
+SyncableMigConfig whose Get blocks until the value differs from the last one read, and the main loop
+runs one reconfigure after another), a run in flight is never interrupted by a label change: it ends
+with its own `success`/`failed`, and the latest value is run afterwards, unless it is the value the
+pod's previous run read (changing the label away and back during a run starts no new run).
 
 A run, with `kubeapi.test/mig-manager-delay` seconds (default DEFAULT_DELAY) between steps:
 1. read the deploy labels CLIENT_LABELS as they are now;
@@ -30,9 +35,15 @@ A run, with `kubeapi.test/mig-manager-delay` seconds (default DEFAULT_DELAY) bet
 Every `success`/`failed` (steps 2, 3 and 8) first restores the deploy labels as in 8, as the
 real setState does; so a new pod after a wedge puts paused labels back to true.
 
-Knobs (node annotations): kubeapi.test/mig-manager-wedge: "once" makes the next run that gets to
-step 6 stop there (pending, labels paused, nothing applied); the annotation is removed. Deleting the
-mig-manager pod then (the DaemonSet recreates it) re-runs the current label and recovers.
+Knobs (node annotations): kubeapi.test/mig-manager-hold: "<seconds>" makes the next run that gets to
+step 4 stay `pending` (the annotation is removed) until `nvidia.com/mig.config` changes or that many
+seconds have passed, then go on with the value it started with: a run in flight, as a real one is
+while it waits for the GPU clients to stop (pkg/mig/reconfigure/reconfigure.go Run sets pending, then
+shuts the clients down and waits up to minutes for their pods), whose end comes right after a label
+change, the worst case for whoever changed the label, whatever the speed of the test machine.
+kubeapi.test/mig-manager-wedge: "once" makes the next run that gets to step 6 stop there (pending,
+labels paused, nothing applied); the annotation is removed. Deleting the mig-manager pod then (the
+DaemonSet recreates it) re-runs the current label and recovers.
 A run whose pod is deleted stops at its next step and leaves the labels as they are.
 
 Not emulated: generated per-node configs (an empty config name reads default-mig-parted-config),
@@ -62,6 +73,7 @@ MIG_CONFIG = "nvidia.com/mig.config"
 MIG_CONFIG_STATE = "nvidia.com/mig.config.state"
 PAUSED = "paused-for-mig-change"
 WEDGE_ANNOTATION = "kubeapi.test/mig-manager-wedge"
+HOLD_ANNOTATION = "kubeapi.test/mig-manager-hold"
 DELAY_ANNOTATION = "kubeapi.test/mig-manager-delay"
 LOG_ANNOTATION = "kubeapi.test/mig-manager-log"
 POD_LABEL = "app=nvidia-mig-manager"
@@ -97,6 +109,7 @@ class _Node:
         self.pod = None          # (namespace, name, uid) of the current mig-manager pod
         self.seen = None         # last mig.config value acted on or skipped
         self.requested = None    # (value, pod) waiting for the worker
+        self.last_read = None    # (value, pod) of the last run started (SyncableMigConfig.lastRead)
         self.thread = None
 
 
@@ -170,6 +183,9 @@ def _work(cluster, manager, node_name, state):
                 return
             value, pod = state.requested
             state.requested = None
+            if state.last_read == (value, pod):
+                continue     # Get() returns only a value that differs from the last one this pod read
+            state.last_read = (value, pod)
         try:
             _Run(cluster, node_name, value, pod).run()
         except _Stopped:
@@ -205,6 +221,19 @@ class _Run:
         time.sleep(self.delay)
         if not self.alive():
             raise _Stopped()
+
+    def hold(self, seconds):
+        """Stay where the run is (in flight) until the node's mig.config changes or `seconds` pass; stop if the
+        pod goes."""
+        self.say(f"held at pending for up to {seconds} s ({HOLD_ANNOTATION})")
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            if not self.alive():
+                raise _Stopped()
+            if (self.node()["metadata"].get("labels") or {}).get(MIG_CONFIG) != self.value:
+                self.say(f"{MIG_CONFIG} changed during the run; it goes on with {self.value!r}")
+                return
 
     def label(self, labels):
         with self.cluster.lock:
@@ -251,6 +280,9 @@ class _Run:
             return self.set_state("success")
         self.label({MIG_CONFIG_STATE: "pending"})
         self.step()
+        if annotations.get(HOLD_ANNOTATION):
+            self.annotate({HOLD_ANNOTATION: None})
+            self.hold(float(annotations[HOLD_ANNOTATION]))
         paused = {k: "false" if self.current[k] == "false" else PAUSED for k in CLIENT_LABELS}
         if self.current.get(CLIENT_LABEL_OPTIONAL):
             paused[CLIENT_LABEL_OPTIONAL] = "false" if self.current[CLIENT_LABEL_OPTIONAL] == "false" else PAUSED

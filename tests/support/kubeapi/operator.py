@@ -1,7 +1,8 @@
 """A simulated NVIDIA GPU Operator: node labelling and operand DaemonSets driven by a ClusterPolicy.
 
 Active while a ClusterPolicy (nvidia.com/v1, seed.gpu_operator) exists; with several, the oldest
-one counts, as the real operator ignores the others. Each pass of the cluster's reconcile loop
+(creationTimestamp, then name) counts, as the real operator ignores the others (NVIDIA/gpu-operator
+controllers/active_config.go getSingletonClusterPolicy). Each pass of the cluster's reconcile loop
 (shared with the other controllers) does what the operator's controllers do
 (reference/gpu-operator.md sections 2 and 3; NVIDIA/gpu-operator controllers/state_manager.go,
 nodelabeling_controller.go, object_controls.go):
@@ -174,10 +175,14 @@ def operand_daemonset(policy, name, selector, image, with_strategy):
     namespace = operand_namespace(policy)
     env = []
     if with_strategy:
-        strategy = (spec.get("mig") or {}).get("strategy", "single")
+        # As NVIDIA/gpu-operator controllers/object_controls.go applyMIGConfiguration: no mig.strategy, no
+        # MIG_STRATEGY env (the device plugin and GFD then run with their default, none); none without
+        # NVIDIA_MIG_MONITOR_DEVICES.
+        strategy = (spec.get("mig") or {}).get("strategy") or ""
         if strategy:
             env.append({"name": "MIG_STRATEGY", "value": strategy})
-        env.append({"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"})
+        if strategy != "none":
+            env.append({"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"})
     volumes, mounts = [], []
     if name == "nvidia-mig-manager":
         mig_manager = spec.get("migManager") or {}

@@ -194,20 +194,21 @@ def cluster_policy_crd() -> dict:
     }
 
 
-def gpu_operator(namespace: str = "gpu-operator", *, mig_strategy: str = "single", mig_manager: bool = True,
+def gpu_operator(namespace: str = "gpu-operator", *, mig_strategy: str | None = "single", mig_manager: bool = True,
                  config_name: str = "default-mig-parted-config", config: dict | None = None,
                  device_plugin: bool = True, gfd: bool = True, config_default: str = "all-disabled",
                  driver: bool = True) -> list:
     """What a GPU Operator install leaves behind, for the emulator's operator (operator.py) to act on:
     the CRD, the namespace, the ConfigMap `config_name` (key config.yaml, the mig-parted `config`, by
-    default DEFAULT_MIG_PARTED_CONFIG) and the ClusterPolicy `cluster-policy`. Seed them in this order."""
+    default DEFAULT_MIG_PARTED_CONFIG) and the ClusterPolicy `cluster-policy` (without mig.strategy when
+    mig_strategy is None, as CRs written by hand or by OLM may be). Seed them in this order."""
     text = yaml.safe_dump(config if config is not None else DEFAULT_MIG_PARTED_CONFIG, sort_keys=False)
     policy = {
         "apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
         "metadata": {"name": "cluster-policy", "labels": {"app.kubernetes.io/component": "gpu-operator"}},
         "spec": {
             "operator": {"defaultRuntime": "containerd"},
-            "mig": {"strategy": mig_strategy},
+            "mig": {"strategy": mig_strategy} if mig_strategy is not None else {},
             "migManager": {"enabled": mig_manager, "config": {"name": config_name, "default": config_default},
                            "env": [{"name": "WITH_REBOOT", "value": "false"}]},
             "devicePlugin": {"enabled": device_plugin},

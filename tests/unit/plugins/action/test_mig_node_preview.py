@@ -104,3 +104,11 @@ def test_role_variables_outside_the_mig_node_role_are_refused():
     for outside in (None, {"mig_preflight_kubernetes": True}):
         with pytest.raises(a.Refused, match="gpu-1: role_variables needs the task to run in the gpuops.mig.mig_node role"):
             a.options_from_role("gpu-1", defaults(), outside, given={"role_variables": True})
+
+
+def test_mig_node_force_reaches_the_preview():
+    """mig_node_force plans the node as mig_mode and mig_config will apply it (busy devices destroyed)."""
+    assert a.ARGUMENT_SPEC["force"]["default"] is False
+    got = a.options_from_role("gpu-1", defaults(), role_vars(mig_node_force=True), given={"role_variables": True})
+    assert got["force"] is True
+    assert a.options_from_role("gpu-1", defaults(), role_vars(mig_node_force=False), given={})["force"] is False

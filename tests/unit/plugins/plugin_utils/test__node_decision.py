@@ -52,6 +52,31 @@ def test_mig_manager_on_node(label, enabled, on_node):
     assert view["mig_manager"]["on_node"] is on_node
 
 
+def test_the_oldest_clusterpolicy_counts_then_the_lowest_name():
+    """As the operator selects its singleton (gpu-operator controllers/active_config.go), not the first by name."""
+    def dated(name, created, strategy):
+        return dict(policy(strategy), metadata={"name": name, "creationTimestamp": created})
+    older = dated("z-older", "2026-01-01T00:00:00Z", "mixed")
+    newer = dated("a-newer", "2026-01-02T00:00:00Z", "single")
+    assert d.operator_view([newer, older], node())["name"] == "z-older"
+    assert d.operator_view([older, newer], node())["mig_strategy"] == "mixed"
+    twin = dated("b-twin", "2026-01-01T00:00:00Z", "none")
+    assert d.operator_view([older, twin, newer], node())["name"] == "b-twin"
+
+
+def test_a_clusterpolicy_without_mig_strategy_means_none():
+    """No mig.strategy: the operator sets no MIG_STRATEGY, the device plugin runs with none (not mixed)."""
+    unset = dict(policy(), spec={"devicePlugin": {"enabled": True}})
+    view = d.operator_view([unset], node())
+    assert view["mig_strategy"] == "none" and view["mig_strategy_set"] is False
+    assert d.effective_strategy("", view, "h") == "none"
+    assert d.effective_strategy("none", view, "h") == "none"
+    with pytest.raises(d.DecisionError, match="'mixed' but the GPU Operator's ClusterPolicy cluster-policy sets no "
+                                              "mig.strategy [(]its device plugin and GFD run with their default, 'none'[)]"):
+        d.effective_strategy("mixed", view, "h")
+    assert d.operator_view([policy("mixed")], node())["mig_strategy_set"] is True
+
+
 def test_generated_config_maps_are_tried_before_the_default():
     view = d.operator_view([policy()], node(name="n7"))
     assert view["mig_manager"]["config_maps"] == ["n7-mig-config", "default-mig-parted-config"]
@@ -270,3 +295,21 @@ def test_a_node_with_no_layout_to_apply_is_left_alone():
     # Even where mig-manager runs: nothing is applied, so nothing is fought over.
     theirs = node({d.LABEL_MIG_MANAGER: "true"})
     assert d.decide(unread, theirs, d.operator_view([policy()], theirs), settings(source="gpuops_mig_plan"))["path"] == "converged"
+
+
+@pytest.mark.parametrize("state, in_flight, finished", [
+    ("pending", True, False), ("rebooting", True, False), ("success", False, True), ("failed", False, True),
+    (None, False, False)])
+def test_mig_manager_run_from_the_state_label(state, in_flight, finished):
+    run = d.mig_manager_run(node({d.LABEL_STATE: state} if state else {}))
+    assert run == {"state": state or "", "in_flight": in_flight, "finished": finished, "settled": not in_flight}
+
+
+def test_a_mig_manager_run_in_flight_is_in_the_decision():
+    theirs = node({d.LABEL_MIG_MANAGER: "true", d.LABEL_STATE: "pending"})
+    out = d.decide(info(geometry=True), theirs, d.operator_view([policy()], theirs), settings(source="configmap"))
+    assert out["path"] == "mig-manager" and out["mig_manager_run"]["in_flight"] is True
+    assert out["summary"].endswith("(applied by the GPU Operator's mig-manager), once its run in flight "
+                                   "(nvidia.com/mig.config.state=pending) has ended.")
+    mine = node({d.LABEL_MIG_MANAGER: "false", d.LABEL_STATE: "pending"})
+    assert d.decide(info(geometry=True), mine, d.operator_view([policy()], mine), settings())["mig_manager_run"] is None

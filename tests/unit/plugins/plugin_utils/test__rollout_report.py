@@ -48,3 +48,25 @@ def test_summary_converged_by_preview_alone_and_nodes_not_reached():
 ])
 def test_batch_stops_follows_ansibles_rule(failed, size, tolerance, stops):
     assert r.batch_stops(failed, size, tolerance) is stops
+
+
+def test_preview_failure_stop_or_skip():
+    from ansible_collections.gpuops.mig.plugins.plugin_utils._rollout_report import preview_failure
+    assert preview_failure("gpu-1: busy.\n  Stop them", "skip") == {"skip": True, "reason": "gpu-1: busy. Stop them"}
+    assert preview_failure("x", "stop")["skip"] is False
+    assert preview_failure("x", None)["skip"] is False and preview_failure("x", " SKIP ")["skip"] is True
+    with pytest.raises(ValueError, match="gpuops_mig_preview_failure must be stop or skip, not 'skp'"):
+        preview_failure("x", "skp")
+
+
+def test_skipped_nodes_are_listed_with_the_reason():
+    from ansible_collections.gpuops.mig.plugins.plugin_utils._rollout_report import fleet_summary, preview_failure
+    out = fleet_summary({"a": None, "b": None}, ["a", "b"], {"a": {"path": "converged"}, "b": {}},
+                        {"a": {}, "b": preview_failure("b: refused, nothing was changed.", "skip")})
+    rows = dict((r["node"], r) for r in out["nodes"])
+    assert rows["a"]["outcome"] == "converged" and "reason" not in rows["a"]
+    assert rows["b"]["outcome"] == "skipped" and rows["b"]["reason"] == "b: refused, nothing was changed."
+    assert out["totals"] == {"converged": 1, "skipped": 1}
+    assert out["table"][-1] == "b skipped: b: refused, nothing was changed."
+    stopped = fleet_summary({}, ["c"], {}, {"c": preview_failure("c: refused", "stop")})
+    assert stopped["nodes"][0]["outcome"] == "not done" and "reason" not in stopped["nodes"][0]
