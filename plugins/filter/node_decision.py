@@ -32,6 +32,7 @@ class FilterModule(object):
             "mig_manager_run": _wrap(decision.mig_manager_run),
             "mig_node_report": rollout_report.node_report,
             "mig_fleet_summary": rollout_report.fleet_summary,
+            "mig_preview_lines": rollout_report.preview_lines,
             "mig_batch_stops": rollout_report.batch_stops,
             "mig_preview_failure": as_filter(rollout_report.preview_failure, ValueError),
             "mig_expected_advertisement": _wrap(decision.expected_advertisement),

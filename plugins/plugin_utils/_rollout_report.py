@@ -59,6 +59,37 @@ def preview_failure(message, policy="stop"):
     return {"skip": policy == "skip", "reason": reason}
 
 
+# Converged nodes listed one by one up to this many; beyond it one line names them, so a converged re-run of a
+# large fleet fits a screen.
+LIST_CONVERGED = 10
+NAMES_SHOWN = 20
+
+
+def _names(hosts):
+    """Host names for one line: the first NAMES_SHOWN, then how many more."""
+    hosts = list(hosts)
+    shown = ", ".join(hosts[:NAMES_SHOWN])
+    return shown + (" and %d more" % (len(hosts) - NAMES_SHOWN) if len(hosts) > NAMES_SHOWN else "")
+
+
+def preview_lines(hosts, messages, changing, skipped=()):
+    """What site.yml says after the preview: each node's message (converged nodes folded into one line
+    past LIST_CONVERGED), then the count of nodes to change, converged and skipped.
+
+    hosts: the nodes previewed, in order; messages: {host: the preview's one-line message}; changing: the
+    nodes that change; skipped: the nodes the preview refused with gpuops_mig_preview_failure=skip."""
+    changing, skipped = list(changing or []), list(skipped or [])
+    converged = [h for h in hosts if h not in changing and h not in skipped]
+    lines = [messages.get(h) or h for h in hosts if len(converged) <= LIST_CONVERGED or h not in converged]
+    if len(converged) > LIST_CONVERGED:
+        lines.append("%d node(s) already converged: %s." % (len(converged), _names(converged)))
+    total = "%d node(s) to change (%s), %d already converged." % (len(changing), ", ".join(changing) or "none",
+                                                                   len(converged))
+    if skipped:
+        total += " %d skipped, left as they are (%s)." % (len(skipped), ", ".join(skipped))
+    return lines + [total]
+
+
 def fleet_summary(reports, hosts, decisions=None, skipped=None):
     """Rows for every host, and totals.
 
@@ -85,7 +116,13 @@ def fleet_summary(reports, hosts, decisions=None, skipped=None):
     for row in rows:
         totals[row["outcome"]] = totals.get(row["outcome"], 0) + 1
     reasons = ["%s skipped: %s" % (row["node"], row["reason"]) for row in rows if row.get("reason")]
-    return {"nodes": rows, "totals": totals, "table": table(rows) + reasons}
+    converged = [row["node"] for row in rows if row["outcome"] == "converged"]
+    if len(converged) > LIST_CONVERGED:   # the table lists what happened; the converged nodes in one line
+        shown = table([row for row in rows if row["outcome"] != "converged"])
+        shown.append("%d node(s) converged, nothing to do: %s" % (len(converged), _names(converged)))
+    else:
+        shown = table(rows)
+    return {"nodes": rows, "totals": totals, "table": shown + reasons}
 
 
 def table(rows):

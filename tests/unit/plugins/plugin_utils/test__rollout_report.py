@@ -70,3 +70,24 @@ def test_skipped_nodes_are_listed_with_the_reason():
     assert out["table"][-1] == "b skipped: b: refused, nothing was changed."
     stopped = fleet_summary({}, ["c"], {}, {"c": preview_failure("c: refused", "stop")})
     assert stopped["nodes"][0]["outcome"] == "not done" and "reason" not in stopped["nodes"][0]
+
+
+def test_the_preview_lists_each_node_of_a_small_fleet():
+    hosts = ["a", "b", "c"]
+    messages = dict((h, "%s: says" % h) for h in hosts)
+    assert r.preview_lines(hosts, messages, ["b"], ["z"]) == [
+        "a: says", "b: says", "c: says",
+        "1 node(s) to change (b), 2 already converged. 1 skipped, left as they are (z)."]
+
+
+def test_a_large_converged_fleet_is_one_line_in_the_preview_and_the_summary():
+    hosts = ["gpu-%02d" % i for i in range(64)]
+    messages = dict((h, "%s: layout 'x' is already in place" % h) for h in hosts)
+    lines = r.preview_lines(hosts, messages, ["gpu-05"])
+    assert lines[0] == "gpu-05: layout 'x' is already in place"
+    assert lines[1].startswith("63 node(s) already converged: gpu-00, gpu-01, ") and lines[1].endswith(" and 43 more.")
+    assert lines[2] == "1 node(s) to change (gpu-05), 63 already converged."
+    decisions = dict((h, {"path": "converged"}) for h in hosts)
+    summary = r.fleet_summary({}, hosts, decisions)
+    assert len(summary["nodes"]) == 64 and summary["totals"] == {"converged": 64}   # AWX still gets every row
+    assert len(summary["table"]) == 2 and summary["table"][1].startswith("64 node(s) converged, nothing to do: gpu-00")
