@@ -26,7 +26,7 @@ def test_a_rollout_an_operator_can_follow(kube_api, kube_env, tmp_path):
     assert "== Check and preview every node before anything changes" in lines
     assert any(line.strip().startswith("Batch 1: ") for line in lines), first.stdout
     steps = [line.split("  ", 1)[1] for line in lines if re.match(r"^\d\d:\d\d:\d\d node-1  ", line)]
-    assert steps == ["boot-time restore", "cordon and drain", "pause the GPU clients", "MIG mode", "MIG geometry",
+    assert steps == ["cordon and drain", "pause the GPU clients", "MIG mode", "MIG geometry", "boot-time restore",
                      "restore the GPU clients", "restart the device plugin", "validate what the node advertises",
                      "uncordon"], first.stdout
     # The step that failed, then the node's verdict; the playbook's repeat of the verdict is not said again.
