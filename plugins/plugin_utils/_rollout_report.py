@@ -83,8 +83,8 @@ def preview_lines(hosts, messages, changing, skipped=()):
     lines = [messages.get(h) or h for h in hosts if len(converged) <= LIST_CONVERGED or h not in converged]
     if len(converged) > LIST_CONVERGED:
         lines.append("%d node(s) already converged: %s." % (len(converged), _names(converged)))
-    total = "%d node(s) to change (%s), %d already converged." % (len(changing), ", ".join(changing) or "none",
-                                                                   len(converged))
+    total = "%d node(s) to change (%s), %d already converged." % (
+        len(changing), ", ".join(changing) or "none", len(converged))
     if skipped:
         total += " %d skipped, left as they are (%s)." % (len(skipped), ", ".join(skipped))
     return lines + [total]

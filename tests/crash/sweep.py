@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: Contributors to the gpuops.mig collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The crash sweep: site.yml is killed at every task boundary of the node workflow in turn (the
@@ -183,7 +182,7 @@ def crash_and_rerun(workdir, point, extra_vars=None, settle=LEASE_SECONDS + 1):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--points", help="comma-separated boundaries (default: all)")
     parser.add_argument("--list", action="store_true", help="print the boundaries and exit")
     parser.add_argument("-e", "--extra-vars", default="{}", help="JSON variables for both runs")
@@ -200,7 +199,7 @@ def main(argv=None):
             for n, task, path in points:
                 print("%3d  %-22s %s" % (n, path, task))
             return 0
-        chosen = [int(p) for p in args.points.split(",")] if args.points else [n for n, _, _ in points]
+        chosen = [int(p) for p in args.points.split(",")] if args.points else [point[0] for point in points]
         names = dict((n, "%s: %s" % (path, task)) for n, task, path in points)
         results = []
         for n in chosen:

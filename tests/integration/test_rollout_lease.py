@@ -160,7 +160,7 @@ def test_lock_file_without_kubernetes(kube_api, kube_env, tmp_path):
     fleet = Fleet(tmp_path, kube_api, kube_env)
     kube_api.seed(*device_plugin_daemonsets())
     fleet.add("box-a", "1xA100-SXM4-40GB", kubernetes=False, mig_node_persist=False,
-                    mig_node_config_file=CONFIG_FILE, mig_node_config_name="all-3g")
+              mig_node_config_file=CONFIG_FILE, mig_node_config_name="all-3g")
     lock = fleet.dir / "box-a" / "run" / "gpuops-mig" / "lock"
     lock.parent.mkdir(parents=True)
     held = {"holder": {"run_id": "other-run", "controller": "ctl-9", "job_id": "", "started": ""},

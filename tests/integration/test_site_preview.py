@@ -64,7 +64,7 @@ def test_typo_skip_and_force(kube_api, kube_env, tmp_path):
         forced = fleet.run("playbooks/site.yml", dict(fast, mig_node_force="true"))
         assert forced.returncode == 0, output(forced)
         assert fleet.devices("gpu-busy") == {0: {"1g.10gb": 7}}
-        for _ in range(50):
+        for _attempt in range(50):
             if proc.poll() is not None:
                 break
             time.sleep(0.1)
@@ -82,7 +82,7 @@ def test_a_mig_manager_run_in_flight_is_waited_out_before_the_label_changes(kube
     kube_api.patch("Node", "gpu-0", {"metadata": {"labels": {CONFIG: "layout-a"},
                                                   "annotations": {migmanager.HOLD_ANNOTATION: "50",
                                                                   migmanager.DELAY_ANNOTATION: "2"}}})
-    for _ in range(200):
+    for _attempt in range(200):
         if kube_api.get("Node", "gpu-0")["metadata"]["labels"].get(STATE) == "pending":
             break
         time.sleep(0.05)

@@ -10,8 +10,8 @@ US = {"run_id": "run-a", "controller": "ctl-1"}
 THEM = {"run_id": "run-b", "controller": "ctl-2", "job_id": "7"}
 
 
-def args(lock, state, holder=US, **extra):
-    return dict(dict(state=state, node="box-1", holder=holder, lock_file=str(lock)), **extra)
+def args(lock, state, holder=None, **extra):
+    return dict(dict(state=state, node="box-1", holder=holder or US, lock_file=str(lock)), **extra)
 
 
 def test_lock_file_taken_renewed_refused_and_released(run_module, tmp_path):

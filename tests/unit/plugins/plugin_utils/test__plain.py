@@ -71,8 +71,8 @@ def test_tagged_values_become_plain_ones_that_pyyaml_dumps(source):
     assert exact_types(converted) <= PLAIN_TYPES
     assert converted == data
     gpu = converted["gpus"][0]
-    assert type(gpu["pci_device_id"]) is int and gpu["pci_device_id"] == 0x20B010DE
-    assert type(gpu["since"]) is datetime.date and type(gpu["at"]) is datetime.datetime
+    assert gpu["pci_device_id"].__class__ is int and gpu["pci_device_id"] == 0x20B010DE
+    assert gpu["since"].__class__ is datetime.date and gpu["at"].__class__ is datetime.datetime
     assert yaml.safe_load(yaml.safe_dump(converted)) == converted
     json.dumps(converted, default=str)
 
@@ -80,8 +80,8 @@ def test_tagged_values_become_plain_ones_that_pyyaml_dumps(source):
 def test_a_templated_scalar_and_a_tagged_key_become_plain():
     data = tagged_vars()
     count = templated({"n": data["gpus"][0]["index"]}, "{{ n }}")
-    assert type(plain(count)) is int
-    assert all(type(k) is str for k in plain(data["gpus"][0]))
+    assert plain(count).__class__ is int
+    assert all(k.__class__ is str for k in plain(data["gpus"][0]))
     assert plain(("a", ("b",))) == ["a", ["b"]]
     assert plain({("k", 1): {2}}) == {("k", 1): [2]}
 
