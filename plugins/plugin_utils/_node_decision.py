@@ -11,14 +11,16 @@ Facts about the GPU Operator: reference gpu-operator.md sections 2 to 6.
 
 from __future__ import annotations
 
-from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import is_dra_kubelet_plugin
+from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import (
+    DEFAULT_OPERATOR_CONFIG,
+    is_dra_kubelet_plugin,
+)
 
 LABEL_CONFIG = "nvidia.com/mig.config"
 LABEL_STATE = "nvidia.com/mig.config.state"
 LABEL_DEPLOY = "nvidia.com/gpu.deploy."
 LABEL_MIG_MANAGER = LABEL_DEPLOY + "mig-manager"
 PAUSED = "paused-for-mig-change"
-DEFAULT_OPERATOR_CONFIG = "default-mig-parted-config"
 STRATEGIES = ("none", "single", "mixed")
 OPERATOR_MODES = ("auto", "mig-manager", "takeover")
 
