@@ -18,10 +18,17 @@ def rollout_identity(given):
     return records.rollout_identity(given, os.environ, socket.gethostname(), token=secrets.token_hex(4))
 
 
+def owed_annotations(run, services=(), operands=None, device_plugin=False):
+    """The Node annotation patch that records what this run must put back (removes it when nothing)."""
+    return records.owed_annotations(records.owed_record(run, services, operands, device_plugin))
+
+
 class FilterModule(object):
     def filters(self):
         return {
             "mig_rollout_identity": rollout_identity,
             "mig_node_failure": records.node_failure,
             "mig_node_success": records.node_success,
+            "mig_clients_to_pause": records.clients_to_pause,
+            "mig_owed_annotations": owed_annotations,
         }

@@ -15,6 +15,7 @@ from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import (
     DEFAULT_OPERATOR_CONFIG,
     is_dra_kubelet_plugin,
 )
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_records
 
 LABEL_CONFIG = "nvidia.com/mig.config"
 LABEL_STATE = "nvidia.com/mig.config.state"
@@ -288,7 +289,9 @@ def decide(info, node, operator, settings):
             wanted[LABEL_STATE] = "success"
         decision["converged_labels"] = dict((k, v) for k, v in wanted.items() if labels.get(k) != v)
     # A converged node with none of these is finished by its preview alone (site.yml skips its steady pass).
+    decision["repair"] = repair_plan(node, host, path, validate=True)
     decision["steady_work"] = [name for name, due in (
+        ("repair", bool(decision["repair"]) and path == "converged"),
         ("switch off mig-manager", decision["switch_off_mig_manager"]),
         ("restore", decision["persist"] and not decision["restore_in_step"]),
         ("labels", bool(decision["converged_labels"])),
@@ -302,26 +305,54 @@ def left_alone(node, operator, settings):
     it is): converged, no labels, no boot-time restore; only a cordon an earlier failed run left is lifted."""
     host = settings["host"]
     cordoned = settings.get("cordoned_annotation", "") in _annotations(node)
+    repair = repair_plan(node, host, "converged", validate=False)
     return {
         "path": "converged", "mode_change": False, "geometry_change": False, "wants_mig": False,
         "operator_mode": "none", "strategy": effective_strategy(settings.get("strategy"), operator, host),
         "switch_off_mig_manager": False, "persist": False, "restore_in_step": True,
         "cordoned_earlier": cordoned, "unschedulable": bool(((node or {}).get("spec") or {}).get("unschedulable")),
-        "converged_labels": {}, "steady_work": ["uncordon"] if cordoned else [],
-        "summary": "%s: the plan leaves this node as it is (no MIG layout for its GPUs): nothing to do." % host,
+        "converged_labels": {}, "repair": repair,
+        "steady_work": (["repair"] if repair else []) + (["uncordon"] if cordoned else []),
+        "summary": "%s: the plan leaves this node as it is (no MIG layout for its GPUs): %s." % (
+            host, "first, " + repair["message"] if repair else "nothing to do"),
+    }
+
+
+def repair_plan(node, host, path, validate):
+    """What the node's owed record (gpuops.mig/owed, left by a run that did not finish) asks this run to put
+    right first, once it holds the node's lease (roles/mig_node/tasks/repair.yml); {} when nothing is owed.
+
+    A node about to change keeps the device-plugin restart owed (its own change restarts the plugin); a
+    converged node gets it now, validated when `validate` (the node has a declared layout to check)."""
+    try:
+        record = _node_records.read_owed(node)
+    except _node_records.OwedRecordError as exc:
+        raise DecisionError("%s: %s. Nothing was changed. Check the node's host GPU services and its "
+                            "nvidia.com/gpu.deploy.* labels by hand, then remove the annotation." % (host, exc))
+    if not record:
+        return {}
+    restart = record["device_plugin"] and path == "converged"
+    now_done = ("services", "operands") + (("device_plugin",) if restart else ())
+    return {
+        "services": record["services"], "operands": record["operands"],
+        "device_plugin": restart, "validate": restart and validate,
+        # The annotation once this run's repair is done: what is still owed, or removed.
+        "left": _node_records.owed_annotations(_node_records.settled(record, *now_done)),
+        "message": "%s; this run puts that right before anything else" % _node_records.describe_owed(record),
     }
 
 
 def _summary(host, label, decision):
+    first = "; first, %s" % decision["repair"]["message"] if decision.get("repair") else ""
     if decision["path"] == "converged":
-        return "%s: layout '%s' is already in place: nothing disruptive to do." % (host, label)
+        return "%s: layout '%s' is already in place: nothing disruptive to do%s." % (host, label, first)
     parts = (["MIG mode change"] if decision["mode_change"] else []) + \
             (["geometry change"] if decision["geometry_change"] else [])
     how = " (applied by the GPU Operator's mig-manager)" if decision["path"] == "mig-manager" else ""
     run = decision.get("mig_manager_run") or {}
     if decision["path"] == "mig-manager" and run.get("in_flight"):
         how += ", once its run in flight (nvidia.com/mig.config.state=%s) has ended" % run["state"]
-    return "%s: layout '%s' is not in place: %s needed%s." % (host, label, " and ".join(parts), how)
+    return "%s: layout '%s' is not in place: %s needed%s%s." % (host, label, " and ".join(parts), how, first)
 
 
 # -- what the node must advertise afterwards ---------------------------------------

@@ -14,6 +14,7 @@ import json
 import re
 
 LAST_ERROR_ANNOTATION = "gpuops.mig/last-error"
+OWED_ANNOTATION = "gpuops.mig/owed"           # what a run must put back (see "repair first" below)
 EVENT_NAMESPACE = "default"          # where the kubelet records a Node's Events (kubectl describe node finds them)
 FAILED_REASON = "MigReconfigureFailed"
 DONE_REASON = "MigReconfigured"
@@ -87,9 +88,116 @@ def node_failure(node, run, step, result, layout, now=None):
 
 
 def node_success(node, run, layout, now=None):
-    """For a node whose change succeeded: the annotation removed (null in a merge patch) and a Normal Event
-    that supersedes an earlier failure's."""
+    """For a node whose change succeeded: the failure annotation and any owed record removed (null in a merge
+    patch: a validated node owes nothing) and a Normal Event that supersedes an earlier failure's."""
     message = "MIG layout '%s' applied (gpuops.mig run %s)" % (layout or "?", run.get("run_id") or "")
-    return {"annotations": {LAST_ERROR_ANNOTATION: None},
+    return {"annotations": {LAST_ERROR_ANNOTATION: None, OWED_ANNOTATION: None},
             "event": event(node, run, DONE_REASON, "Normal", message, now),
             "message": message}
+
+
+# -- what a run owes the node (repair first) ---------------------------------------
+#
+# Before a run stops host services, pauses GPU Operator operands or changes the GPUs (after which the
+# device plugin must be restarted), it writes what it must put back to the Node's annotation
+# gpuops.mig/owed, and clears each part only once it is undone. A run that dies in between leaves the
+# record; the next run, once it holds the node's lease (so the recording run is gone), puts it right
+# before anything else (roles/mig_node/tasks/repair.yml).
+
+OWED_PARTS = ("services", "operands", "device_plugin")
+
+
+class OwedRecordError(ValueError):
+    """An owed record on a Node that this collection did not write (or that was altered)."""
+
+
+def clients_to_pause(labels, components, prefix, paused_value, active_units=None, gpu_clients=(),
+                     owed=None):
+    """What clients_pause.yml pauses, and what to put back afterwards.
+
+    operands: {label: value to restore} for each GPU Operator operand deployed on the node (label
+    prefix+component not "false" and present); a label already paused (an interrupted run) is restored
+    to the value that run recorded, else "true".
+    services: the GPU clients (names without a dot are services) among the active units
+    (`systemctl list-units --plain --no-legend` lines; None: stop nothing)."""
+    labels = labels or {}
+    recorded = (owed or {}).get("operands") or {}
+    operands = {}
+    for component in components or ():
+        key = prefix + component
+        value = str(labels.get(key, "false"))
+        if value == "false":
+            continue
+        operands[key] = recorded.get(key, "true") if value == paused_value else value
+    services = []
+    if active_units is not None:
+        active = set(line.split()[0] for line in active_units if line.split())
+        for name in gpu_clients or ():
+            unit = name if "." in name else name + ".service"
+            if unit in active and unit not in services:
+                services.append(unit)
+    return {"operands": operands, "services": services}
+
+
+def owed_record(run, services=(), operands=None, device_plugin=False, now=None):
+    """The record of what this run must put back (an empty dict when it owes nothing)."""
+    parts = {"services": list(services or ()), "operands": dict(operands or {}), "device_plugin": bool(device_plugin)}
+    if not any(parts.values()):
+        return {}
+    return dict(parts, run=(run or {}).get("run_id") or "", job=(run or {}).get("job_id") or "",
+                time=_stamp(_utc(now)))
+
+
+def owed_annotations(record):
+    """The Node annotation patch for a record (null removes it: nothing is owed)."""
+    return {OWED_ANNOTATION: json.dumps(record, sort_keys=True) if record else None}
+
+
+def settled(record, *parts):
+    """The record once `parts` (of OWED_PARTS) are put back."""
+    if not record:
+        return {}
+    unknown = set(parts) - set(OWED_PARTS)
+    if unknown:
+        raise ValueError("unknown parts of an owed record: %s" % ", ".join(sorted(unknown)))
+    left = dict(services=[] if "services" in parts else record.get("services") or [],
+                operands={} if "operands" in parts else record.get("operands") or {},
+                device_plugin=False if "device_plugin" in parts else bool(record.get("device_plugin")))
+    if not any(left.values()):
+        return {}
+    return dict(record, **left)
+
+
+def read_owed(node):
+    """The owed record on a Node (None when there is none). A record this collection could not have
+    written raises OwedRecordError: guessing what to restart or relabel is worse than asking."""
+    annotations = (((node or {}).get("metadata") or {}).get("annotations")) or {}
+    text = annotations.get(OWED_ANNOTATION)
+    if text is None:
+        return None
+    try:
+        record = json.loads(text)
+    except ValueError:
+        record = None
+    ok = (isinstance(record, dict) and isinstance(record.get("services", []), list)
+          and all(isinstance(s, str) and s and not s.startswith("-") for s in record.get("services", []))
+          and isinstance(record.get("operands", {}), dict)
+          and all(isinstance(k, str) and isinstance(v, str) for k, v in record.get("operands", {}).items())
+          and isinstance(record.get("device_plugin", False), bool))
+    if not ok:
+        raise OwedRecordError("the annotation %s is not a record gpuops.mig wrote: %s"
+                              % (OWED_ANNOTATION, json.dumps(text)[:120]))
+    return settled(record)   # normalised: every part present, {} when nothing is owed
+
+
+def describe_owed(record):
+    """What an interrupted run left to put right, one phrase per part."""
+    parts = []
+    if record.get("services"):
+        parts.append("host services stopped (%s)" % ", ".join(record["services"]))
+    if record.get("operands"):
+        parts.append("GPU Operator operands paused (%s)" % ", ".join(sorted(record["operands"])))
+    if record.get("device_plugin"):
+        parts.append("the device plugin not restarted after the GPUs changed")
+    who = "run %s" % record["run"] if record.get("run") else "an earlier run"
+    return "%s, interrupted, left %s" % (who, "; ".join(parts) or "nothing")

@@ -1,5 +1,7 @@
 """The mig_node role's decisions (plugins/plugin_utils/_node_decision.py), every branch."""
 
+import json
+
 import pytest
 
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_decision as d
@@ -164,6 +166,43 @@ def test_reconfigure_and_what_it_says():
     out = d.decide(info(mode=True, geometry=True), cordoned, None, settings())
     assert out["path"] == "reconfigure" and out["cordoned_earlier"] and out["unschedulable"]
     assert out["summary"] == "gpu-1: layout 'all-3g' is not in place: MIG mode change and geometry change needed."
+
+
+def owed(**parts):
+    return {"gpuops.mig/owed": json.dumps(dict({"run": "r1"}, **parts))}
+
+
+def test_a_converged_node_with_an_owed_record_is_repaired_first():
+    left = node(annotations=owed(services=["nvidia-dcgm.service"], operands={d.LABEL_DEPLOY + "dcgm": "true"},
+                                 device_plugin=True))
+    out = d.decide(info(), left, None, settings())
+    assert out["path"] == "converged" and out["steady_work"][0] == "repair"
+    assert out["repair"]["services"] == ["nvidia-dcgm.service"] and out["repair"]["device_plugin"]
+    assert out["repair"]["validate"] and out["repair"]["left"] == {"gpuops.mig/owed": None}
+    assert out["summary"] == ("gpu-1: layout 'all-3g' is already in place: nothing disruptive to do; first, run r1, "
+                              "interrupted, left host services stopped (nvidia-dcgm.service); GPU Operator operands "
+                              "paused (nvidia.com/gpu.deploy.dcgm); the device plugin not restarted after the GPUs "
+                              "changed; this run puts that right before anything else.")
+    plain = d.decide(info(), node(), None, settings())
+    assert plain["repair"] == {} and "repair" not in plain["steady_work"]
+
+
+def test_a_node_about_to_change_keeps_the_device_plugin_restart_owed():
+    out = d.decide(info(geometry=True), node(annotations=owed(services=["a.service"], device_plugin=True)), None,
+                   settings())
+    assert out["path"] == "reconfigure" and out["repair"]["device_plugin"] is False
+    assert json.loads(out["repair"]["left"]["gpuops.mig/owed"])["device_plugin"] is True
+    assert "repair" not in out["steady_work"]   # the node is held for its change anyway
+
+
+def test_a_node_left_alone_is_still_repaired_but_not_validated():
+    out = d.left_alone(node(annotations=owed(device_plugin=True)), {"present": False}, settings())
+    assert out["steady_work"] == ["repair"] and out["repair"]["device_plugin"] and not out["repair"]["validate"]
+
+
+def test_an_owed_record_gpuops_did_not_write_stops_the_node():
+    with pytest.raises(d.DecisionError, match="gpu-1: the annotation gpuops.mig/owed is not a record gpuops.mig wrote"):
+        d.decide(info(), node(annotations={"gpuops.mig/owed": "{oops"}), None, settings())
 
 
 def test_driving_mig_manager():

@@ -1,7 +1,10 @@
-"""What a rollout writes about itself: its identity, a failed node's reason (plugins/plugin_utils/_node_records.py)."""
+"""What a rollout writes about itself: its identity, a failed node's reason, what it owes the node
+(plugins/plugin_utils/_node_records.py)."""
 
 import datetime
 import json
+
+import pytest
 
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_records as records
 
@@ -42,6 +45,54 @@ def test_failure_without_a_message_keeps_the_result_and_long_messages_are_cut():
 
 def test_success_clears_the_annotation_and_supersedes_with_a_normal_event():
     out = records.node_success("gpu-1", RUN, "all-3g", NOW)
-    assert out["annotations"] == {"gpuops.mig/last-error": None}
+    assert out["annotations"] == {"gpuops.mig/last-error": None, "gpuops.mig/owed": None}
     assert (out["event"]["reason"], out["event"]["type"]) == ("MigReconfigured", "Normal")
     assert out["event"]["message"] == "MIG layout 'all-3g' applied (gpuops.mig run 20260101T120000Z-1a2b3c4d)"
+
+
+# -- what a run owes the node -------------------------------------------------------
+
+PREFIX = "nvidia.com/gpu.deploy."
+UNITS = ["nvidia-dcgm.service loaded active running NVIDIA DCGM", "ssh.service loaded active running OpenSSH", ""]
+
+
+def test_clients_to_pause_takes_deployed_operands_and_running_clients():
+    labels = {PREFIX + "device-plugin": "true", PREFIX + "dcgm-exporter": "false", PREFIX + "gpu-feature-discovery": "pre"}
+    out = records.clients_to_pause(labels, ["device-plugin", "dcgm-exporter", "gpu-feature-discovery", "dcgm"], PREFIX,
+                                   "paused-for-mig-change", UNITS, ["nvidia-dcgm", "nvsm.service", "nvidia-dcgm.service"])
+    assert out == {"operands": {PREFIX + "device-plugin": "true", PREFIX + "gpu-feature-discovery": "pre"},
+                   "services": ["nvidia-dcgm.service"]}
+    # No unit list: no service is stopped.
+    assert records.clients_to_pause(labels, [], PREFIX, "paused-for-mig-change", None, ["nvidia-dcgm"])["services"] == []
+
+
+def test_a_label_an_interrupted_run_paused_gets_its_recorded_value_back():
+    labels = {PREFIX + "device-plugin": "paused-for-mig-change", PREFIX + "dcgm": "paused-for-mig-change"}
+    owed = {"operands": {PREFIX + "device-plugin": "pre-installed"}}
+    out = records.clients_to_pause(labels, ["device-plugin", "dcgm"], PREFIX, "paused-for-mig-change", owed=owed)
+    assert out["operands"] == {PREFIX + "device-plugin": "pre-installed", PREFIX + "dcgm": "true"}
+
+
+def test_owed_record_round_trip_and_settling():
+    record = records.owed_record(RUN, ["nvidia-dcgm.service"], {PREFIX + "dcgm": "true"}, True, NOW)
+    assert record == {"services": ["nvidia-dcgm.service"], "operands": {PREFIX + "dcgm": "true"}, "device_plugin": True,
+                      "run": RUN["run_id"], "job": "4711", "time": "2026-01-01T12:00:00Z"}
+    patch = records.owed_annotations(record)
+    node = {"metadata": {"annotations": patch}}
+    assert records.read_owed(node) == record
+    assert records.settled(record, "services", "operands") == dict(record, services=[], operands={})
+    assert records.settled(record, "services", "operands", "device_plugin") == {}
+    assert records.owed_annotations({}) == {"gpuops.mig/owed": None}
+    assert records.owed_record(RUN) == {}
+    assert records.read_owed({"metadata": {}}) is None and records.read_owed(None) is None
+    with pytest.raises(ValueError, match="unknown parts"):
+        records.settled(record, "cordon")
+    assert "run 20260101T120000Z-1a2b3c4d, interrupted, left host services stopped (nvidia-dcgm.service); GPU Operator " \
+           "operands paused (nvidia.com/gpu.deploy.dcgm); the device plugin not restarted" in records.describe_owed(record)
+
+
+@pytest.mark.parametrize("text", ["not json", "[]", '{"services": "nvidia-dcgm"}', '{"services": ["--all"]}',
+                                  '{"operands": {"a": 1}}', '{"device_plugin": "yes"}'])
+def test_a_record_gpuops_did_not_write_is_refused(text):
+    with pytest.raises(records.OwedRecordError, match="is not a record gpuops.mig wrote"):
+        records.read_owed({"metadata": {"annotations": {"gpuops.mig/owed": text}}})
