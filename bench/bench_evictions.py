@@ -152,10 +152,12 @@ def measure(model, existing, targets):
                for pod in ci.pod_names}
     changes = any(device_counts(geometry, existing[gpu]) != normalize_target(geometry, targets[gpu])
                   for gpu in existing)
-    started = time.perf_counter()
-    plans = {gpu: plan_gpu(geometry, existing[gpu], targets[gpu], evict_pods=True) for gpu in sorted(existing)}
-    devices = node_evictions(plans, geometries={gpu: geometry for gpu in plans})
-    seconds = time.perf_counter() - started
+    timings = []
+    for dummy in range(3):
+        started = time.perf_counter()
+        plans = {gpu: plan_gpu(geometry, existing[gpu], targets[gpu], evict_pods=True) for gpu in sorted(existing)}
+        devices = node_evictions(plans, geometries={gpu: geometry for gpu in plans})
+        timings.append(time.perf_counter() - started)
     # The plan that ignores pods, and the pods on the devices it destroys.
     blind = set()
     for gpu in sorted(existing):
@@ -173,7 +175,7 @@ def measure(model, existing, targets):
         "minimum": minimum,
         "nothing": bool(on_node) and changes and devices.evicts_nothing,
         "changes": changes,
-        "seconds": seconds,
+        "seconds": min(timings),
     }
 
 
@@ -195,7 +197,7 @@ def table(sets):
         cells.append(str(sum(r["nothing"] for r in rows)))
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Cells: total / mean per transition / worst transition, in pods.", "",
-              "| transitions | planning time per transition (8 GPUs + node evictions): mean | p95 | max |",
+              "| transitions | planning time per transition (8 GPUs + node evictions, best of 3): mean | p95 | max |",
               "|---|---:|---:|---:|"]
     for name, rows in sets:
         times = sorted(r["seconds"] * 1000 for r in rows)
