@@ -300,8 +300,8 @@ def assert_plan_valid(geometry, existing, target, plan, force=False, evict_pods=
         assert len({ci.profile_id for ci in g.compute_instances}) == 1
     assert_legal_layout(geometry, plan.result)
     assert counts_of(geometry, plan.result) == {k: v for k, v in target.items() if v}
-    destroyed_cis = [ci for g in plan.destroy for ci in g.compute_instances] + [ci for c in plan.change
-                                                                                 for ci in c.destroy]
+    destroyed_cis = [ci for g in plan.destroy for ci in g.compute_instances]
+    destroyed_cis += [ci for c in plan.change for ci in c.destroy]
     assert all(may_destroy(ci, force, evict_pods) for ci in destroyed_cis)
     # The pods to evict are exactly those holding a destroyed device.
     assert [pod for pod, dummy in plan.evicted_pods] == sorted({pod_of(h) for ci in destroyed_cis for h in ci.pods})
