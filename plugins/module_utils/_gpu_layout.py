@@ -33,6 +33,7 @@ __all__ = [
     "GiChange",
     "GpuPlan",
     "PinnedGi",
+    "pod_name",
     "resolve_pins",
     "normalize_target",
     "validate_target",
@@ -211,13 +212,32 @@ class ComputeInstance:
     start: int           # placement start, SM slices inside the GI
     pids: tuple = ()     # processes running on it; non-empty means busy
     uuid: object = None  # "MIG-..." when known
+    pods: tuple = ()     # "namespace/pod/container" it is allocated to (kubelet PodResources); non-empty means allocated
 
     def __post_init__(self):
         object.__setattr__(self, "pids", tuple(self.pids))
+        object.__setattr__(self, "pods", tuple(self.pods))
 
     @property
     def busy(self):
+        """Processes run on it."""
         return bool(self.pids)
+
+    @property
+    def allocated(self):
+        """Kubernetes allocated it to a pod (which may not run anything on it yet)."""
+        return bool(self.pods)
+
+    @property
+    def pod_names(self):
+        """The pods ("namespace/pod") it is allocated to; several under time-slicing."""
+        return tuple(sorted({pod_name(holder) for holder in self.pods}))
+
+
+def pod_name(holder):
+    """"namespace/pod" of a "namespace/pod/container" holder: a pod is evicted whole, whatever container holds
+    the device (Kubernetes names contain no "/")."""
+    return "/".join(str(holder).split("/")[:2])
 
 
 @dataclass(frozen=True)
@@ -287,6 +307,16 @@ class GpuPlan:
         pairs = [(gi, ci) for gi in self.destroy for ci in gi.compute_instances]
         pairs += [(c.gi, ci) for c in self.change for ci in c.destroy]
         return pairs
+
+    @property
+    def evicted_pods(self):
+        """The pods that must go because the plan destroys a device allocated to them, in name order:
+        ((pod, ((GpuInstance, ComputeInstance), ...)), ...), each pod once whatever number of its devices go."""
+        devices = {}
+        for gi, ci in self.destroyed_compute_instances():
+            for pod in ci.pod_names:
+                devices.setdefault(pod, []).append((gi, ci))
+        return tuple((pod, tuple(devices[pod])) for pod in sorted(devices))
 
 
 # --------------------------------------------------------------------------
@@ -570,6 +600,8 @@ def describe_layout(geometry, gpu_instances):
                 text += " %s" % ci.uuid
             if ci.pids:
                 text += " (pids %s)" % ",".join(str(p) for p in ci.pids)
+            if ci.pods:
+                text += " (pods %s)" % ",".join(ci.pods)
             parts.append(text)
         lines.append("GI %s  %s @%d:%s  [%s]" % (_id_text(gi.gi_id), gi_name, gi.start, size, ", ".join(parts)))
     return "".join(line + "\n" for line in lines)
@@ -593,7 +625,20 @@ def plan_as_dict(geometry, plan):
         "result": layout_as_list(geometry, plan.result),
         "destroyed_devices": plan.destroyed_devices,
         "created_devices": plan.created_devices,
+        "evicted_pods": [{"pod": pod, "reason": DEVICE_DESTROYED,
+                          "devices": [_device_ref(geometry, gi, ci) for gi, ci in devices]}
+                         for pod, devices in plan.evicted_pods],
     }
+
+
+# Why a pod must go (plan_as_dict's evicted_pods, _evictions.node_evictions).
+DEVICE_DESTROYED = "device destroyed"
+
+
+def _device_ref(geometry, gi, ci):
+    """A destroyed device as a pod's eviction names it."""
+    return {"gi_id": gi.gi_id, "ci_id": ci.ci_id, "device": geometry.device_name(gi.profile_id, ci.profile_id),
+            "uuid": ci.uuid, "pods": list(ci.pods)}
 
 
 def _gi_as_dict(geometry, gi, with_cis=True):
@@ -618,6 +663,7 @@ def _ci_as_dict(geometry, gi, ci):
         "placement": {"start": ci.start, "size": ci_profile.sm_slices},
         "uuid": ci.uuid,
         "pids": list(ci.pids),
+        "pods": list(ci.pods),
     }
 
 
@@ -718,21 +764,26 @@ def _best_placement(geometry, occupied, requirement, memo):
 # The planner
 # --------------------------------------------------------------------------
 
-def plan_gpu(geometry, existing, target, force=False, pinned=()):
+def plan_gpu(geometry, existing, target, force=False, pinned=(), evict_pods=False):
     """Plan the change from the existing layout to the target device counts.
 
-    existing: GpuInstances now on the GPU (ids set, CIs with their pids).
+    existing: GpuInstances now on the GPU (ids set, CIs with their pids and pods).
     target: {device name: count} as in mig-parted's mig-devices (aliases allowed).
     pinned: PinnedGi values: GPU instances (with their compute instances) that must
         end up at exactly these placements. Their devices count towards target; the
         rest of target is placed around them. An existing GI that is exactly a pin
         is kept (its CIs changed if they differ), and any other GI overlapping a pin
         goes.
+    evict_pods: devices allocated to pods may be destroyed; their pods are in the
+        plan's evicted_pods (the processes of those pods go with them, so this does
+        not need force).
 
-    The plan keeps every GI and CI it can, destroys as few MIG devices as
+    The plan keeps every GI and CI it can: it evicts as few pods as possible,
+    then destroys as few devices with processes and as few MIG devices as
     possible, and places new GIs so the largest contiguous range of free memory
-    slices is as large as possible. Busy devices (CIs with pids) are destroyed
-    only with force=True; without it, a LayoutError names them. Everything is
+    slices is as large as possible. Busy devices (CIs with pids and no pod) are
+    destroyed only with force=True, allocated devices (CIs with pods) only with
+    evict_pods=True; without it, a LayoutError names them. Everything is
     validated before a plan is returned.
     """
     pins = resolve_pins(geometry, pinned) if pinned else ()
@@ -752,19 +803,39 @@ def plan_gpu(geometry, existing, target, force=False, pinned=()):
         raise LayoutError("existing GPU instance ids must be unique")
     validate_layout(geometry, existing, allow_empty_gis=True)
     if pins:
-        plan = _plan_with_pins(geometry, existing, counts, pins)
+        plan = _plan_with_pins(geometry, existing, counts, pins, force, evict_pods)
     else:
-        plan = _Planner(geometry, existing, counts).run()
-    busy = [(gi, ci) for gi, ci in plan.destroyed_compute_instances() if ci.busy]
-    if busy and not force:
-        raise LayoutError(
-            "the new layout cannot be reached without destroying MIG devices that are in use: %s. "
-            "Stop those processes or use force." % "; ".join(_busy_text(geometry, gi, ci) for gi, ci in busy))
-    check_plan(geometry, existing, total, plan, force=force, pinned=pins)
+        plan = _Planner(geometry, existing, counts, force=force, evict_pods=evict_pods).run()
+    busy, allocated = _held_devices(plan, force, evict_pods)
+    refusals = []
+    if busy:
+        refusals.append("the new layout cannot be reached without destroying MIG devices that are in use: %s. "
+                        "Stop those processes or use force." % _devices_text(geometry, busy))
+    if allocated:
+        refusals.append("the new layout cannot be reached without destroying MIG devices allocated to pods: %s. "
+                        "Evict those pods first, or plan with evict_pods to have them listed."
+                        % _devices_text(geometry, allocated))
+    if refusals:
+        raise LayoutError(" ".join(refusals))
+    check_plan(geometry, existing, total, plan, force=force, pinned=pins, evict_pods=evict_pods)
     return plan
 
 
-def _plan_with_pins(geometry, existing, counts, pins):
+def _may_destroy(ci, force, evict_pods):
+    """A device allocated to pods goes only when its pods may be evicted (its processes are theirs and go with
+    them); a device with processes of no pod only with force."""
+    if ci.pods:
+        return evict_pods
+    return force or not ci.pids
+
+
+def _held_devices(plan, force, evict_pods):
+    """(busy, allocated): the (GI, CI) pairs the plan destroys without leave, by what holds them."""
+    held = [(gi, ci) for gi, ci in plan.destroyed_compute_instances() if not _may_destroy(ci, force, evict_pods)]
+    return [pair for pair in held if not pair[1].pods], [pair for pair in held if pair[1].pods]
+
+
+def _plan_with_pins(geometry, existing, counts, pins, force=False, evict_pods=False):
     """The pinned GIs take their places (kept when one is already exactly there); the planner
     places the other devices (counts) in what is left, keeping what it can of the other GIs."""
     keep, change, destroy, create, result = [], [], [], [], []
@@ -797,7 +868,11 @@ def _plan_with_pins(geometry, existing, counts, pins):
             destroy.append(gi)
         else:
             rest.append(gi)
-    around = _Planner(geometry, tuple(rest), counts, reserved=pins).run()
+    # The pins' own destructions evict their pods whatever the rest does: the rest may take those pods' other devices.
+    evicted = frozenset(pod for gi in destroy for ci in gi.compute_instances for pod in ci.pod_names)
+    evicted |= frozenset(pod for c in change for ci in c.destroy for pod in ci.pod_names)
+    around = _Planner(geometry, tuple(rest), counts, reserved=pins, force=force, evict_pods=evict_pods,
+                      evicted=evicted).run()
     return GpuPlan(
         keep=tuple(sorted(keep + list(around.keep), key=_gi_order)),
         change=tuple(sorted(change + list(around.change), key=lambda c: _gi_order(c.gi))),
@@ -807,13 +882,33 @@ def _plan_with_pins(geometry, existing, counts, pins):
     )
 
 
-def _busy_text(geometry, gi, ci):
+def _device_text(geometry, gi, ci):
     profile = geometry.gi_profile(gi.profile_id)
     device = geometry.device_name(gi.profile_id, ci.profile_id)
     text = "GI %s (%s @%d:%d) CI %s (%s)" % (gi.gi_id, profile.name, gi.start, profile.memory_slices, ci.ci_id, device)
     if ci.uuid:
         text += " %s" % ci.uuid
+    if ci.pods:
+        return text + " allocated to %s" % ", ".join(ci.pods)
     return text + " with PIDs %s" % ", ".join(str(p) for p in ci.pids)
+
+
+def _devices_text(geometry, pairs):
+    return "; ".join(_device_text(geometry, gi, ci) for gi, ci in pairs)
+
+
+# A plan's cost, compared as a tuple: devices destroyed without leave (must be 0 for a plan to be returned),
+# pods evicted, devices with processes destroyed, devices destroyed.
+_NO_COST = (0, 0, 0, 0)
+
+
+def _add(cost, more):
+    return tuple(a + b for a, b in zip(cost, more))
+
+
+def _total(cost, shared):
+    """The cost with the pods held in several GIs (shared, a set) counted once each."""
+    return (cost[0], cost[1] + len(shared)) + cost[2:]
 
 
 @dataclass(frozen=True)
@@ -822,15 +917,15 @@ class _KeepOption:
 
     kept_cis: tuple      # indexes into the GI's compute_instances
     retained: tuple      # device count vector (per demanded name of this GI profile)
-    destroyed: int
-    busy_destroyed: int
+    cost: tuple          # of the dropped CIs, see _NO_COST; pods counts the pods of this GI only
+    shared: frozenset    # evicted pods that also hold devices in other GIs (counted once, over all GIs)
     add_starts: tuple    # per demanded name: CI starts that can be added, lowest first
 
 
 # One way to serve a GI profile's devices with a given set of kept GIs.
 # choices: ((position in _Planner._kept_order(kept), option number, added name index or None, added count), ...)
 # supplied: devices of each demanded name the kept GIs provide; new GIs make up the rest.
-_FrontierEntry = namedtuple("_FrontierEntry", "new_gis busy destroyed choices supplied")
+_FrontierEntry = namedtuple("_FrontierEntry", "new_gis cost shared choices supplied")
 
 
 class _Planner:
@@ -839,17 +934,29 @@ class _Planner:
     1. For each existing GI, list the ways to keep it (which CIs survive, how
        many CIs of one kind can be added).
     2. For each GI profile, a small DP over kept GIs gives, per number of new
-       GIs still needed, the fewest destroyed devices.
+       GIs still needed, the cheapest ways to get there.
     3. Over subsets of kept GIs, combine the profiles, order by cost
-       (busy destroyed, destroyed), and place new GIs by memoised search.
+       (refused destroyed, pods evicted, busy destroyed, destroyed), and place
+       new GIs by memoised search.
     """
 
-    def __init__(self, geometry, existing, counts, reserved=()):
+    def __init__(self, geometry, existing, counts, reserved=(), force=False, evict_pods=False, evicted=frozenset()):
         self.geometry = geometry
         self.existing = existing
         self.counts = counts
+        self.force = force
+        self.evict_pods = evict_pods
+        self.evicted = evicted   # pods that go anyway (a pin destroys one of their devices): free to evict
         # Pinned GIs placed outside the search: their slices, SM slices and profile counts are taken.
         self.reserved_mask, self.reserved_sm, self.reserved_count = _reservation(geometry, reserved)
+        # A pod holding devices in two GIs is evicted once whichever of them go, so such pods are carried as
+        # sets; the others are counted per GI, which keeps the search additive.
+        holders = {}
+        for index, gi in enumerate(existing):
+            for ci in gi.compute_instances:
+                for pod in ci.pod_names:
+                    holders.setdefault(pod, set()).add(index)
+        self.shared_pods = frozenset(pod for pod, gis in holders.items() if len(gis) > 1)
         self.names_by_gi = {}
         for name in counts:
             device_type = geometry.device_type(name)
@@ -859,13 +966,29 @@ class _Planner:
         signature_ids = {}
         self.signatures = []
         for options in self.options:
-            signature = tuple((o.retained, o.destroyed, o.busy_destroyed, tuple(len(a) for a in o.add_starts))
-                              for o in options)
+            signature = tuple((o.retained, o.cost, o.shared, tuple(len(a) for a in o.add_starts)) for o in options)
             self.signatures.append(signature_ids.setdefault(signature, len(signature_ids)))
-        self.sizes = [len(gi.compute_instances) for gi in existing]
-        self.busy = [_busy_count(gi) for gi in existing]
+        self.whole = [self._cost(gi.compute_instances) for gi in existing]   # destroying the GI
         self.frontier_memo = {}
         self.placement_memo = {}
+
+    def _cost(self, dropped):
+        """(cost, shared pods) of destroying these CIs of one GI."""
+        pods = set()
+        for ci in dropped:
+            pods.update(ci.pod_names)
+        pods -= self.evicted
+        shared = frozenset(pods & self.shared_pods)
+        cost = (sum(1 for ci in dropped if not _may_destroy(ci, self.force, self.evict_pods)),
+                len(pods) - len(shared), sum(1 for ci in dropped if ci.busy), len(dropped))
+        return cost, shared
+
+    def _sum(self, indexes):
+        """(cost, shared pods) of destroying these GIs whole."""
+        cost, shared = _NO_COST, frozenset()
+        for i in indexes:
+            cost, shared = _add(cost, self.whole[i][0]), shared | self.whole[i][1]
+        return cost, shared
 
     # -- step 1 ------------------------------------------------------------
     def _keep_options(self, gi):
@@ -898,11 +1021,9 @@ class _Planner:
                     room = min(ci_profile.max_count - same, demand[i] - retained[i])
                     add_starts.append(_fill_starts(ci_profile, occupied, room) if room > 0 else ())
                 kept_set = set(kept)
-                dropped = [ci for k, ci in enumerate(cis) if k not in kept_set]
-                option = _KeepOption(kept, tuple(retained), len(dropped),
-                                     sum(1 for ci in dropped if ci.busy), tuple(add_starts))
-                key = (option.retained, option.destroyed, option.busy_destroyed,
-                       tuple(len(s) for s in option.add_starts))
+                cost, shared = self._cost([ci for k, ci in enumerate(cis) if k not in kept_set])
+                option = _KeepOption(kept, tuple(retained), cost, shared, tuple(add_starts))
+                key = (option.retained, cost, shared, tuple(len(s) for s in option.add_starts))
                 options.setdefault(key, option)
         return list(options.values())
 
@@ -913,8 +1034,9 @@ class _Planner:
     def _frontier(self, gi_profile_id, kept):
         """_FrontierEntry list for the kept GIs of one profile, fewest new GIs first.
 
-        Only entries that beat every entry needing fewer new GIs are kept.
-        Memoised by the kept GIs' signatures, not their identity.
+        An entry is dropped when one needing no more new GIs costs no more and evicts
+        none of the shared pods it spares. Memoised by the kept GIs' signatures, not
+        their identity.
         """
         key = (gi_profile_id, tuple(sorted(self.signatures[i] for i in kept)))
         if key in self.frontier_memo:
@@ -922,32 +1044,36 @@ class _Planner:
         order = self._kept_order(kept)
         names = self.names_by_gi[gi_profile_id]
         demand = tuple(self.counts[n] for n in names)
-        states = {tuple([0] * len(names)): (0, 0, ())}
+        # State: (devices supplied, shared pods evicted) -> (cheapest cost, choices).
+        states = {(tuple([0] * len(names)), frozenset()): (_NO_COST, ())}
         for position, index in enumerate(order):
             next_states = {}
-            for supplied, (busy, destroyed, choices) in states.items():
+            for (supplied, shared), (cost, choices) in states.items():
                 for number, option in enumerate(self.options[index]):
                     base = tuple(s + r for s, r in zip(supplied, option.retained))
                     if any(b > d for b, d in zip(base, demand)):
                         continue
-                    cost = (busy + option.busy_destroyed, destroyed + option.destroyed)
+                    grown_cost, grown_shared = _add(cost, option.cost), shared | option.shared
                     if sum(option.retained):
-                        _relax(next_states, base, cost, choices + ((position, number, None, 0),))
+                        _relax(next_states, (base, grown_shared), grown_cost,
+                               choices + ((position, number, None, 0),))
                     for i, starts in enumerate(option.add_starts):
                         for count in range(1, min(len(starts), demand[i] - base[i]) + 1):
                             grown = base[:i] + (base[i] + count,) + base[i + 1:]
-                            _relax(next_states, grown, cost, choices + ((position, number, i, count),))
+                            _relax(next_states, (grown, grown_shared), grown_cost,
+                                   choices + ((position, number, i, count),))
             states = next_states
         entries = []
-        for supplied, (busy, destroyed, choices) in states.items():
+        for (supplied, shared), (cost, choices) in states.items():
             new_gis = sum(-(-(d - s) // _capacity(self.geometry.device_type(n)))
                           for n, d, s in zip(names, demand, supplied))
-            entries.append(_FrontierEntry(new_gis, busy, destroyed, choices, supplied))
-        entries.sort(key=lambda e: (e.new_gis, e.busy, e.destroyed))
+            entries.append(_FrontierEntry(new_gis, cost, shared, choices, supplied))
+        entries.sort(key=lambda e: (e.new_gis, _total(e.cost, e.shared), e.cost, sorted(e.shared)))
         frontier = []
         for entry in entries:
-            # Needing more new GIs only pays if it destroys fewer devices.
-            if not frontier or (entry.busy, entry.destroyed) < (frontier[-1].busy, frontier[-1].destroyed):
+            # Needing more new GIs only pays if it costs less. With shared pods, whatever the other GIs evict,
+            # an entry that costs no more and evicts only shared pods the entry evicts too is never worse.
+            if not any(f.cost <= entry.cost and f.shared <= entry.shared for f in frontier):
                 frontier.append(entry)
         self.frontier_memo[key] = frontier
         return frontier
@@ -957,34 +1083,33 @@ class _Planner:
         geometry = self.geometry
         profiles = sorted(self.names_by_gi)
         # GIs of profiles the target does not use always go.
-        lost = [i for i, gi in enumerate(self.existing) if gi.profile_id not in self.names_by_gi]
-        fixed_cost = (sum(self.busy[i] for i in lost), sum(self.sizes[i] for i in lost))
+        fixed_cost, fixed_shared = self._sum(i for i, gi in enumerate(self.existing)
+                                             if gi.profile_id not in self.names_by_gi)
         # Per profile: every subset of its GIs to keep, with each DP frontier entry.
         per_profile = []
         for gi_profile_id in profiles:
             profile = geometry.gi_profile(gi_profile_id)
             mine = [i for i, gi in enumerate(self.existing) if gi.profile_id == gi_profile_id]
             keepable = [i for i in mine if self.options[i]]
-            all_busy = sum(self.busy[i] for i in mine)
-            all_destroyed = sum(self.sizes[i] for i in mine)
             choices = []
             for size in range(len(keepable), -1, -1):
                 for kept in itertools.combinations(keepable, size):
-                    busy = all_busy - sum(self.busy[i] for i in kept)
-                    destroyed = all_destroyed - sum(self.sizes[i] for i in kept)
+                    gone_cost, gone_shared = self._sum(i for i in mine if i not in kept)
                     mask = 0
                     for i in kept:
                         mask |= _span(self.existing[i].start, profile.memory_slices)
                     for entry in self._frontier(gi_profile_id, kept):
                         if len(kept) + entry.new_gis + self.reserved_count.get(gi_profile_id, 0) > profile.max_count:
                             continue
-                        choices.append(((busy + entry.busy, destroyed + entry.destroyed), kept, entry, mask,
+                        choices.append(((_add(gone_cost, entry.cost), gone_shared | entry.shared), kept, entry, mask,
                                         (len(kept) + entry.new_gis) * profile.sm_slices))
             per_profile.append(choices)
         candidates = []
         for combo in itertools.product(*per_profile):
-            cost = (fixed_cost[0] + sum(c[0][0] for c in combo), fixed_cost[1] + sum(c[0][1] for c in combo))
-            candidates.append((cost, combo))
+            cost, shared = fixed_cost, fixed_shared
+            for c in combo:
+                cost, shared = _add(cost, c[0][0]), shared | c[0][1]
+            candidates.append((_total(cost, shared), combo))
         candidates.sort(key=lambda c: c[0])
         best = None
         current_cost = None
@@ -1064,21 +1189,17 @@ class _Planner:
         )
 
 
-def _busy_count(gi):
-    return sum(1 for ci in gi.compute_instances if ci.busy)
-
-
-def _relax(states, supplied, cost, choices):
-    current = states.get(supplied)
-    if current is None or cost < current[:2]:
-        states[supplied] = cost + (choices,)
+def _relax(states, key, cost, choices):
+    current = states.get(key)
+    if current is None or cost < current[0]:
+        states[key] = (cost, choices)
 
 
 # --------------------------------------------------------------------------
 # Last guard
 # --------------------------------------------------------------------------
 
-def check_plan(geometry, existing, target, plan, force=False, pinned=()):
+def check_plan(geometry, existing, target, plan, force=False, pinned=(), evict_pods=False):
     """Raise LayoutError unless the plan is a safe, valid way from existing to target.
 
     pinned: GpuInstances (from resolve_pins) that the result must hold exactly:
@@ -1088,7 +1209,7 @@ def check_plan(geometry, existing, target, plan, force=False, pinned=()):
     equal the target; every existing GI is kept, changed or destroyed exactly
     once; kept GIs and surviving CIs are untouched; new parts have no ids;
     the result is exactly what the plan's steps produce; no busy device is
-    destroyed unless force.
+    destroyed unless force, and no device allocated to pods unless evict_pods.
     """
     counts = normalize_target(geometry, target)
     validate_layout(geometry, plan.result, allow_empty_gis=False)
@@ -1108,7 +1229,7 @@ def check_plan(geometry, existing, target, plan, force=False, pinned=()):
             raise LayoutError("plan changes GI %s, which differs from the existing one" % gi.gi_id)
         if not set(change.destroy) <= set(gi.compute_instances):
             raise LayoutError("plan destroys compute instances GI %s does not have" % gi.gi_id)
-        if any(ci.ci_id is not None or ci.pids for ci in change.create):
+        if any(ci.ci_id is not None or ci.pids or ci.pods for ci in change.create):
             raise LayoutError("plan creates compute instances in GI %s that already have ids" % gi.gi_id)
         survivors = tuple(ci for ci in gi.compute_instances if ci not in change.destroy)
         expected.append(GpuInstance(gi.gi_id, gi.profile_id, gi.start, survivors + tuple(change.create)))
@@ -1120,7 +1241,7 @@ def check_plan(geometry, existing, target, plan, force=False, pinned=()):
     if sorted(seen) != sorted(by_id) or len(seen) != len(set(seen)):
         raise LayoutError("plan does not account for every existing GPU instance exactly once")
     for gi in plan.create:
-        if gi.gi_id is not None or any(ci.ci_id is not None or ci.pids for ci in gi.compute_instances):
+        if gi.gi_id is not None or any(ci.ci_id is not None or ci.pids or ci.pods for ci in gi.compute_instances):
             raise LayoutError("plan creates a GPU instance that already has ids")
         expected.append(gi)
     if sorted(expected, key=_gi_order) != sorted(plan.result, key=_gi_order):
@@ -1131,8 +1252,8 @@ def check_plan(geometry, existing, target, plan, force=False, pinned=()):
                                != sorted((ci.profile_id, ci.start) for ci in pin.compute_instances)):
             raise LayoutError("plan result does not hold the pinned GPU instance %s @%d"
                               % (geometry.gi_profile(pin.profile_id).name, pin.start))
-    if not force:
-        busy = [(gi, ci) for gi, ci in plan.destroyed_compute_instances() if ci.busy]
-        if busy:
-            raise LayoutError("plan destroys busy MIG devices: %s"
-                              % "; ".join(_busy_text(geometry, gi, ci) for gi, ci in busy))
+    busy, allocated = _held_devices(plan, force, evict_pods)
+    if busy:
+        raise LayoutError("plan destroys busy MIG devices: %s" % _devices_text(geometry, busy))
+    if allocated:
+        raise LayoutError("plan destroys MIG devices allocated to pods: %s" % _devices_text(geometry, allocated))

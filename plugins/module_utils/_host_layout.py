@@ -177,8 +177,12 @@ class GpuWork(object):
         self.after = None
 
 
-def plan_host(nvml, resolution, gpus, force=False, check_mode=False):
-    """Read and plan every targeted GPU; raise RefusedError before any change."""
+def plan_host(nvml, resolution, gpus, force=False, check_mode=False, evict_pods=False):
+    """Read and plan every targeted GPU; raise RefusedError before any change.
+
+    evict_pods: plan as if the pods holding devices may be evicted (the plans name them in
+    evicted_pods); for deciding what to evict. apply_host never destroys a device a pod holds.
+    """
     work = []
     problems = []
     for target in resolution.targets:
@@ -201,7 +205,7 @@ def plan_host(nvml, resolution, gpus, force=False, check_mode=False):
             item.geometry = read_geometry(nvml, item.index)
             item.before = read_layout(nvml, item.index) if enabled_now else ()
             item.plan = layout.plan_gpu(item.geometry, item.before, target.mig_devices, force=force,
-                                        pinned=target.pinned)
+                                        pinned=target.pinned, evict_pods=evict_pods)
         except RefusedError as e:
             if item.mode_mismatch is None:
                 problems.append("%s: %s: %s" % (item.label, target.entry.label, e))
@@ -221,7 +225,14 @@ def apply_host(nvml, work, force_timeout=10.0):
     A GPU instance whose compute instances cannot all be created is destroyed
     again, so no half-made device stays. On failure ApplyError.report lists
     per GPU what was done and what was not; a new run converges from there.
+    A plan that destroys a device allocated to a pod is refused before any change:
+    its pods must be evicted first.
     """
+    held = ["%s: MIG device %s is allocated to %s" % (item.label, ci.uuid or "GI %s CI %s" % (gi.gi_id, ci.ci_id),
+                                                      ", ".join(ci.pods))
+            for item in work if item.plan is not None for gi, ci in item.plan.destroyed_compute_instances() if ci.pods]
+    if held:
+        raise RefusedError("Nothing was changed. %s; evict those pods first" % "; ".join(held))
     for item in work:
         if item.plan is None or not item.plan.changed:
             continue

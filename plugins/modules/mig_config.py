@@ -112,7 +112,9 @@ gpus:
   description:
     - Per targeted GPU, C(index), C(uuid), C(name), C(entry) (which config entry selected it),
       C(mig_enabled), C(mode_mismatch), C(changed), C(target) (device name to count), C(plan) (C(keep),
-      C(change), C(destroy), C(create) with placements, C(result), C(destroyed_devices), C(created_devices)),
+      C(change), C(destroy), C(create) with placements, C(result), C(destroyed_devices), C(created_devices),
+      C(evicted_pods) (the pods holding a device the plan destroys, with C(pod), C(reason) and C(devices); empty,
+      since this module never destroys a device allocated to a pod)),
       C(done) (the steps carried out), and after a real run C(devices) (the resulting GPU instances with
       their MIG device UUIDs) and C(mig_devices) (device name to count).
   returned: always

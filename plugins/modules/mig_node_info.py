@@ -104,6 +104,8 @@ geometry:
   description:
     - The geometry plan per GPU, as M(gpuops.mig.mig_config) returns it in check mode (C(gpus)). Null without a
       layout.
+    - Unlike M(gpuops.mig.mig_config), a plan may destroy MIG devices allocated to pods (keeping them wherever
+      the layout allows, and evicting as few pods as it can); its C(evicted_pods) names those pods.
   returned: always
   type: dict
 change:
@@ -235,7 +237,8 @@ def plan_node(nvml, p):
     entries = host_layout.load_entries(p["config"], p["config_file"], p["config_name"], p["layouts"],
                                        origin=p["config_origin"])
     resolution, gpus = host_layout.resolve(nvml, entries, p["allow_unmatched"])
-    work = host_layout.plan_host(nvml, resolution, gpus, p["force"], check_mode=True)
+    # A device allocated to a pod may go here: the rollout evicts the pods each plan's evicted_pods names.
+    work = host_layout.plan_host(nvml, resolution, gpus, p["force"], check_mode=True, evict_pods=True)
     records = host_mode.plan(nvml, host_mode.request_from_resolution(resolution, gpus), p["force"])
     host_mode.apply(nvml, records, check_mode=True)
     mode = host_mode.report(nvml, records, check_mode=True)

@@ -9,8 +9,9 @@
 * hypothesis strategies for random valid layouts and targets.
 * apply_plan(): runs a plan step by step against a tiny independent model of
   the driver's rules, so a plan that would fail on a GPU fails the test.
-* exhaustive_best(): an independent brute-force search over every final
-  layout, the oracle for minimal destruction and the free-range tie-break.
+* exhaustive_best(), exhaustive_best_evictions(): an independent brute-force
+  search over every final layout, the oracle for the fewest pods evicted,
+  minimal destruction and the free-range tie-break.
 
 Nothing here imports the planner's private helpers.
 """
@@ -186,9 +187,23 @@ def free_run(geometry, gpu_instances):
     return best
 
 
+def pod_of(holder):
+    """"ns/pod" of a "ns/pod/container" holder."""
+    namespace, pod = holder.split("/")[:2]
+    return namespace + "/" + pod
+
+
+def may_destroy(ci, force=False, evict_pods=False):
+    """The rule plans follow: a device allocated to pods goes only when they may be evicted (their processes
+    go with them), a device with processes of no pod only with force."""
+    if ci.pods:
+        return evict_pods
+    return force or not ci.pids
+
+
 class FakeGpu:
     """The driver's rules, kept minimal: refuses overlapping or illegal creates,
-    destroying a GI that still has CIs, and destroying a busy CI."""
+    destroying a GI that still has CIs, and destroying a busy or allocated CI without leave."""
 
     def __init__(self, geometry, gpu_instances):
         self.geometry = geometry
@@ -197,9 +212,9 @@ class FakeGpu:
         self.next_gi = max(list(self.gis) + [0]) + 100
         self.next_ci = 1000
 
-    def destroy_ci(self, gi_id, ci_id, force=False):
+    def destroy_ci(self, gi_id, ci_id, force=False, evict_pods=False):
         ci = self.cis[gi_id].pop(ci_id)
-        assert force or not ci.pids, "destroyed a busy CI"
+        assert may_destroy(ci, force, evict_pods), "destroyed a busy or allocated CI"
 
     def destroy_gi(self, gi_id):
         assert not self.cis[gi_id], "GI destroyed while it still has CIs"
@@ -243,15 +258,15 @@ class FakeGpu:
                 for gi_id, (pid, start) in self.gis.items()]
 
 
-def apply_plan(geometry, existing, plan, force=False):
+def apply_plan(geometry, existing, plan, force=False, evict_pods=False):
     """Execute the plan (all destroys, then all creates) on a FakeGpu; return its layout."""
     gpu = FakeGpu(geometry, existing)
     for change in plan.change:
         for ci in change.destroy:
-            gpu.destroy_ci(change.gi.gi_id, ci.ci_id, force)
+            gpu.destroy_ci(change.gi.gi_id, ci.ci_id, force, evict_pods)
     for g in plan.destroy:
         for ci in g.compute_instances:
-            gpu.destroy_ci(g.gi_id, ci.ci_id, force)
+            gpu.destroy_ci(g.gi_id, ci.ci_id, force, evict_pods)
         gpu.destroy_gi(g.gi_id)
     for change in plan.change:
         for ci in change.create:
@@ -263,7 +278,7 @@ def apply_plan(geometry, existing, plan, force=False):
     return gpu.layout()
 
 
-def assert_plan_valid(geometry, existing, target, plan, force=False):
+def assert_plan_valid(geometry, existing, target, plan, force=False, evict_pods=False):
     """Everything a plan must satisfy, checked without the planner's own code."""
     by_id = {g.gi_id: g for g in existing}
     # Every existing GI is accounted for exactly once; kept ones are untouched.
@@ -285,11 +300,13 @@ def assert_plan_valid(geometry, existing, target, plan, force=False):
         assert len({ci.profile_id for ci in g.compute_instances}) == 1
     assert_legal_layout(geometry, plan.result)
     assert counts_of(geometry, plan.result) == {k: v for k, v in target.items() if v}
-    if not force:
-        assert not any(ci.pids for g in plan.destroy for ci in g.compute_instances)
-        assert not any(ci.pids for c in plan.change for ci in c.destroy)
+    destroyed_cis = [ci for g in plan.destroy for ci in g.compute_instances]
+    destroyed_cis += [ci for c in plan.change for ci in c.destroy]
+    assert all(may_destroy(ci, force, evict_pods) for ci in destroyed_cis)
+    # The pods to evict are exactly those holding a destroyed device.
+    assert [pod for pod, dummy in plan.evicted_pods] == sorted({pod_of(h) for ci in destroyed_cis for h in ci.pods})
     # Executing the steps in order on a fake GPU works and gives the result.
-    after = apply_plan(geometry, existing, plan, force)
+    after = apply_plan(geometry, existing, plan, force, evict_pods)
     assert_legal_layout(geometry, after)
     shape = sorted((g.profile_id, g.start, tuple(sorted((ci.profile_id, ci.start) for ci in g.compute_instances)))
                    for g in after)
@@ -319,7 +336,7 @@ def _ci_starts_exist(ci_profile, blocked, count):
 
 
 def _contents(geometry, profile, start, existing_here, demand):
-    """Every final CI content of a GI at (profile, start): (counts tuple, destroyed, busy destroyed).
+    """Every final CI content of a GI at (profile, start): (counts tuple, destroyed CIs).
 
     New GI: one compute profile, 1..max. GI that also exists now: any subset of
     its CIs survives, plus CIs of one compute profile added around them.
@@ -333,7 +350,7 @@ def _contents(geometry, profile, start, existing_here, demand):
             for k in range(1, ci_profile.max_count + 1):
                 if _ci_starts_exist(ci_profile, set(), k):
                     vec = tuple(k if n == name else 0 for n in names)
-                    result.append((vec, 0, 0))
+                    result.append((vec, ()))
         return result
     cis = existing_here.compute_instances
     for r in range(len(cis) + 1):
@@ -344,17 +361,16 @@ def _contents(geometry, profile, start, existing_here, demand):
             blocked = set()
             for ci in kept:
                 blocked |= _interval(ci.start, profile.ci_profile(ci.profile_id).sm_slices)
-            destroyed = [ci for ci in cis if ci not in kept]
-            cost = (len(destroyed), sum(1 for ci in destroyed if ci.pids))
+            destroyed = tuple(ci for ci in cis if ci not in kept)
             base = tuple(kept_names.count(n) for n in names)
             if kept:
-                result.append((base,) + cost)
+                result.append((base, destroyed))
             for ci_profile, name in typed:
                 same = sum(1 for ci in kept if ci.profile_id == ci_profile.id)
                 for k in range(1, ci_profile.max_count - same + 1):
                     if _ci_starts_exist(ci_profile, blocked, k):
                         vec = tuple(b + (k if n == name else 0) for b, n in zip(base, names))
-                        result.append((vec,) + cost)
+                        result.append((vec, destroyed))
     return result
 
 
@@ -382,12 +398,24 @@ def _gi_sets(geometry, limits):
 
 
 def exhaustive_best(geometry, existing, target, force=False):
-    """Brute force over every final layout that meets the target.
+    """Brute force over every final layout that meets the target, for layouts without pods.
 
     Returns (busy destroyed, destroyed devices, largest free range) of the best
     plan in the planner's order (busy destroyed, destroyed, then largest free
     range), or None when no final layout exists. Without force, plans that
     destroy busy devices are not allowed.
+    """
+    best = exhaustive_best_evictions(geometry, existing, target, force=force)
+    return None if best is None else best[1:]
+
+
+def exhaustive_best_evictions(geometry, existing, target, force=False, evict_pods=False):
+    """Brute force over every final layout that meets the target.
+
+    Returns (pods evicted, busy destroyed, destroyed devices, largest free range)
+    of the best plan in the planner's order, or None when no final layout exists.
+    A pod counts once however many of its devices go. Plans that destroy a device
+    the rule (may_destroy) keeps are not allowed.
     """
     demand = {k: v for k, v in target.items() if v}
     names = sorted(demand)
@@ -414,39 +442,44 @@ def exhaustive_best(geometry, existing, target, force=False):
                                            existing_at.get(spot), demand)
             options.append(contents[spot])
         kept_keys = set(gi_set)
-        lost = [g for g in existing if (g.profile_id, g.start) not in kept_keys]
-        base_destroyed = sum(len(g.compute_instances) for g in lost)
-        base_busy = sum(1 for g in lost for ci in g.compute_instances if ci.pids)
+        lost = tuple(ci for g in existing if (g.profile_id, g.start) not in kept_keys for ci in g.compute_instances)
         free = free_run(geometry, [GpuInstance(None, pid, start) for pid, start in gi_set])
 
-        def walk(i, vec, destroyed, busy):
+        def walk(i, vec, destroyed):
             nonlocal best
             if any(v > w for v, w in zip(vec, want)):
                 return
             if i == len(options):
-                if vec != want or (busy and not force):
+                if vec != want or not all(may_destroy(ci, force, evict_pods) for ci in destroyed):
                     return
-                score = (busy, destroyed, -free)
+                pods = {pod_of(h) for ci in destroyed for h in ci.pods}
+                score = (len(pods), sum(1 for ci in destroyed if ci.pids), len(destroyed), -free)
                 if best is None or score < best:
                     best = score
                 return
-            for content, d, b in options[i]:
-                walk(i + 1, tuple(v + c for v, c in zip(vec, content)), destroyed + d, busy + b)
+            for content, gone in options[i]:
+                walk(i + 1, tuple(v + c for v, c in zip(vec, content)), destroyed + gone)
 
-        walk(0, tuple(0 for dummy in names), base_destroyed, base_busy)
+        walk(0, tuple(0 for dummy in names), lost)
     if best is None:
         return None
-    return best[0], best[1], -best[2]
+    return best[:3] + (-best[3],)
 
 
 # --------------------------------------------------------------------------
 # hypothesis strategies
 # --------------------------------------------------------------------------
 
+# Pod holders ("ns/pod/container"): few pods, so one pod often holds several devices (in one GI or
+# several), and a device several pods (time-slicing replicas).
+POD_HOLDERS = ("default/a/main", "default/a/side", "default/b/main", "ml/c/main", "ml/d/main", "ml/e/main")
+
+
 @st.composite
-def layouts(draw, geometry, mixed=True, busy=True, empty_gis=True, first_gi_id=1):
+def layouts(draw, geometry, mixed=True, busy=True, empty_gis=True, first_gi_id=1, pods=False):
     """A random legal layout. mixed: GIs may hold several compute profiles.
-    busy: CIs may have pids. empty_gis: a GI may have no CI (a half-made one)."""
+    busy: CIs may have pids. empty_gis: a GI may have no CI (a half-made one).
+    pods: CIs may be allocated to pods (POD_HOLDERS)."""
     gis = []
     used = set()
     sm = 0
@@ -491,7 +524,10 @@ def layouts(draw, geometry, mixed=True, busy=True, empty_gis=True, first_gi_id=1
             pids = ()
             if busy and draw(st.integers(0, 3)) == 0:
                 pids = tuple(draw(st.lists(st.integers(100, 999), min_size=1, max_size=2)))
-            built.append(ComputeInstance(k, c.id, s, pids, "MIG-%d-%d" % (first_gi_id + number, k)))
+            holders = ()
+            if pods and draw(st.booleans()):
+                holders = tuple(draw(st.lists(st.sampled_from(POD_HOLDERS), min_size=1, max_size=2, unique=True)))
+            built.append(ComputeInstance(k, c.id, s, pids, "MIG-%d-%d" % (first_gi_id + number, k), holders))
         gis.append(GpuInstance(first_gi_id + number, pid, start, tuple(built)))
     return gis
 

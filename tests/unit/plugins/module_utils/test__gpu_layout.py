@@ -20,6 +20,7 @@ from ansible_collections.gpuops.mig.plugins.module_utils._gpu_layout import (
     GpuInstance,
     GpuPlan,
     LayoutError,
+    PinnedGi,
     check_plan,
     describe_layout,
     device_counts,
@@ -42,6 +43,7 @@ from ansible_collections.gpuops.mig.tests.unit.plugins.module_utils.layout_helpe
     assert_plan_valid,
     counts_of,
     exhaustive_best,
+    exhaustive_best_evictions,
     free_run,
     layouts,
     make_gi,
@@ -429,3 +431,128 @@ def test_plan_type_is_plain_data():
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.keep = ()
     assert B200.device_type("1c.7g.180gb").ci.sm_slices == 1
+
+
+# --------------------------------------------------------------------------
+# Devices allocated to pods (kubelet PodResources): kept like busy ones, and the fewest pods evicted
+# --------------------------------------------------------------------------
+
+def _allocated(geometry, gi_id, name, start, *pods, pids=()):
+    """An existing GI with one full CI allocated to pods ("ns/pod/container")."""
+    gi = make_gi(geometry, gi_id, name, start, [(name, 0, pids)])
+    return dataclasses.replace(gi, compute_instances=(dataclasses.replace(gi.compute_instances[0], pods=pods),))
+
+
+def test_allocated_devices_are_kept_and_the_plan_evicts_nobody():
+    # All-1g to balanced keeps two 1g devices: the two with pods, not the lowest-placed idle ones.
+    existing = all_1g()
+    existing[2] = _allocated(A100, 3, "1g.5gb", 2, "ml/train/main")
+    existing[3] = _allocated(A100, 4, "1g.5gb", 3, "ml/infer/main")
+    plan = plan_gpu(A100, existing, BALANCED)
+    assert_plan_valid(A100, existing, BALANCED, plan)
+    assert [g.gi_id for g in plan.keep] == [3, 4] and plan.evicted_pods == ()
+    assert plan.destroyed_devices == 5
+    assert plan_as_dict(A100, plan)["evicted_pods"] == []
+
+
+def test_destroying_an_allocated_device_is_refused_naming_the_pods():
+    existing = [_allocated(A100, 5, "3g.20gb", 4, "ml/train/main", "ml/train/side", pids=(77,)),
+                make_gi(A100, 6, "3g.20gb", 0)]
+    with pytest.raises(LayoutError) as err:
+        plan_gpu(A100, existing, {"7g.40gb": 1})
+    text = str(err.value)
+    for part in ("allocated to pods", "GI 5", "3g.20gb @4:4", "MIG-5-0", "ml/train/main", "ml/train/side",
+                 "evict_pods"):
+        assert part in text
+    assert "GI 6" not in text
+    # force is for processes; it does not evict pods.
+    with pytest.raises(LayoutError, match="allocated to pods"):
+        plan_gpu(A100, existing, {"7g.40gb": 1}, force=True)
+    # With evict_pods the pod's processes go with it: no force needed.
+    plan = plan_gpu(A100, existing, {"7g.40gb": 1}, evict_pods=True)
+    assert_plan_valid(A100, existing, {"7g.40gb": 1}, plan, evict_pods=True)
+    ((pod, devices),) = plan.evicted_pods
+    assert pod == "ml/train" and [(gi.gi_id, ci.uuid) for gi, ci in devices] == [(5, "MIG-5-0")]
+    data = plan_as_dict(A100, plan)
+    json.dumps(data)
+    assert data["evicted_pods"] == [{"pod": "ml/train", "reason": "device destroyed", "devices": [
+        {"gi_id": 5, "ci_id": 0, "device": "3g.20gb", "uuid": "MIG-5-0",
+         "pods": ["ml/train/main", "ml/train/side"]}]}]
+    assert "(pods ml/train/main,ml/train/side)" in describe_layout(A100, existing)
+    # check_plan, the last guard, holds the same line.
+    with pytest.raises(LayoutError, match="allocated to pods"):
+        check_plan(A100, existing, {"7g.40gb": 1}, plan)
+    check_plan(A100, existing, {"7g.40gb": 1}, plan, evict_pods=True)
+
+
+def test_processes_outside_pods_still_need_force_with_evict_pods():
+    existing = [make_gi(A100, 1, "3g.20gb", 0, [("3g.20gb", 0, (42,))]), make_gi(A100, 2, "3g.20gb", 4)]
+    with pytest.raises(LayoutError, match="in use.*force"):
+        plan_gpu(A100, existing, {"7g.40gb": 1}, evict_pods=True)
+
+
+def test_fewest_pods_beat_fewest_devices():
+    # 1g.10gb (2 slices, starts 0, 2, 4, 6) must go in 0..3. Destroying the 1g at 2 and 3 costs 2 devices but
+    # evicts the pod on the one at 3; destroying the 1g at 0, the 1g+me at 1 and the 1g at 2 (the +me comes
+    # back at 2) costs 3 devices and evicts nobody.
+    existing = [make_gi(A100, 1, "3g.20gb", 4), make_gi(A100, 2, "1g.5gb", 0), make_gi(A100, 3, "1g.5gb+me", 1),
+                make_gi(A100, 4, "1g.5gb", 2), _allocated(A100, 5, "1g.5gb", 3, "ml/a/main")]
+    target = {"1g.5gb+me": 1, "3g.20gb": 1, "1g.10gb": 1, "1g.5gb": 1}
+    idle = plan_gpu(A100, [make_gi(A100, 5, "1g.5gb", 3) if g.gi_id == 5 else g for g in existing], target)
+    assert idle.destroyed_devices == 2
+    plan = plan_gpu(A100, existing, target, evict_pods=True)
+    assert_plan_valid(A100, existing, target, plan, evict_pods=True)
+    assert plan.evicted_pods == () and plan.destroyed_devices == 3
+    assert 5 in [g.gi_id for g in plan.keep]
+    assert exhaustive_best_evictions(A100, existing, target, evict_pods=True) == (0, 0, 3, 0)
+
+
+def test_a_pod_on_two_destroyed_devices_counts_once():
+    # Pod x holds both 1g at 0 and 1 (two GIs); pods y and z one 1g each at 2 and 3. A 2g is wanted in 0..3 and
+    # two of the four 1g go: the two of pod x (one pod), not one each of y and z (two pods).
+    existing = [_allocated(A100, 1, "1g.5gb", 0, "ml/x/one"), _allocated(A100, 2, "1g.5gb", 1, "ml/x/two"),
+                _allocated(A100, 3, "1g.5gb", 2, "ml/y/main"), _allocated(A100, 4, "1g.5gb", 3, "ml/z/main"),
+                make_gi(A100, 5, "3g.20gb", 4)]
+    target = {"2g.10gb": 1, "1g.5gb": 2, "3g.20gb": 1}
+    plan = plan_gpu(A100, existing, target, evict_pods=True)
+    assert_plan_valid(A100, existing, target, plan, evict_pods=True)
+    assert [pod for pod, dummy in plan.evicted_pods] == ["ml/x"]
+    assert exhaustive_best_evictions(A100, existing, target, evict_pods=True)[:3] == (1, 0, 2)
+
+
+def test_time_sliced_device_evicts_every_pod_on_it():
+    existing = [_allocated(A100, 1, "7g.40gb", 0, "ml/r0/main", "ml/r1/main", "ml/r2/main")]
+    plan = plan_gpu(A100, existing, {"3g.20gb": 2}, evict_pods=True)
+    assert [pod for pod, dummy in plan.evicted_pods] == ["ml/r0", "ml/r1", "ml/r2"]
+
+
+def test_pinned_placements_spare_pods_around_them():
+    # The pin takes 0..3, where an idle 3g sits; the pod on the 3g at 4 stays.
+    existing = [make_gi(A100, 1, "3g.20gb", 0), _allocated(A100, 2, "3g.20gb", 4, "ml/keep/main")]
+    plan = plan_gpu(A100, existing, {"2g.10gb": 1, "3g.20gb": 1}, pinned=(PinnedGi("2g.10gb", 0),))
+    assert [g.gi_id for g in plan.keep] == [2] and plan.evicted_pods == ()
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+@PROPERTY
+@given(data=st.data())
+def test_plans_evict_exactly_the_fewest_pods(model, data):
+    geometry = MODELS[model]
+    existing = data.draw(layouts(geometry, pods=True), label="existing")
+    target = data.draw(targets(geometry, near=existing), label="target")
+    force = data.draw(st.booleans(), label="force")
+    evict_pods = data.draw(st.booleans(), label="evict_pods")
+    best = exhaustive_best_evictions(geometry, existing, target, force=force, evict_pods=evict_pods)
+    try:
+        plan = plan_gpu(geometry, existing, target, force=force, evict_pods=evict_pods)
+    except LayoutError as err:
+        if exhaustive_best(geometry, [], target) is None:
+            return   # the target does not fit this GPU model at all
+        assert best is None
+        assert "in use" in str(err) or "allocated to pods" in str(err)
+        assert exhaustive_best_evictions(geometry, existing, target, force=True, evict_pods=True) is not None
+        return
+    assert_plan_valid(geometry, existing, target, plan, force=force, evict_pods=evict_pods)
+    busy_destroyed = sum(1 for dummy, ci in plan.destroyed_compute_instances() if ci.pids)
+    assert (len(plan.evicted_pods), busy_destroyed, plan.destroyed_devices,
+            free_run(geometry, plan.result)) == best

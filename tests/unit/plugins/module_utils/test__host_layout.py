@@ -65,3 +65,19 @@ def test_resolve_refuses_an_entry_that_selects_nothing(nvml_host):
     with Nvml() as nvml:
         with pytest.raises(geometry.migparted.ConfigError, match="no entry of the config selects a GPU"):
             geometry.resolve(nvml, entries)
+
+
+def test_apply_refuses_a_plan_that_destroys_a_device_a_pod_holds():
+    """A plan made with evict_pods (mig_node_info's) runs only once the pods are gone: nothing is touched."""
+    import dataclasses
+    from ansible_collections.gpuops.mig.plugins.module_utils._errors import RefusedError
+    from ansible_collections.gpuops.mig.plugins.module_utils._gpu_layout import plan_gpu
+    from layout_helpers import make_gi  # noqa: E402
+    held = make_gi(MODELS["A100-40GB"], 1, "7g.40gb", 0)
+    held = dataclasses.replace(held, compute_instances=(dataclasses.replace(held.compute_instances[0],
+                                                                            pods=("ml/a/main",)),))
+    item = geometry.GpuWork(target=None, gpu={"index": 0, "label": "GPU 0"}, mode=(1, 1))
+    item.geometry = MODELS["A100-40GB"]
+    item.plan = plan_gpu(item.geometry, [held], {"3g.20gb": 2}, evict_pods=True)
+    with pytest.raises(RefusedError, match="Nothing was changed. GPU 0: MIG device MIG-1-0 is allocated to ml/a/main"):
+        geometry.apply_host(None, [item])   # no NVML call is made
