@@ -79,3 +79,101 @@ def smoke_failure(pods, node, image, timeout):
     parts = ["%s (%s): %s" % ((_meta(p).get("annotations") or {}).get("gpuops.mig/resource", "?"), _meta(p).get("name"),
                               ((p.get("status") or {}).get("phase") or "Pending")) for p in pods or ()]
     return "%s: smoke workloads (%s) did not succeed within %s s: %s" % (node, image, timeout, "; ".join(parts) or "none started")
+
+
+# -- which pods a change evicts (mig_node_drain) -------------------------------------
+
+DRAIN_MODES = ("devices", "node", "none")
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+
+
+def drain_mode(setting):
+    """mig_node_drain as one of DRAIN_MODES: `devices` (evict only the pods whose devices go), `node` (every
+    pod a whole-node drain takes), `none`. true (the default) means `devices`, false `none`."""
+    text = str(setting).strip().lower()
+    if text in _TRUE:
+        return "devices"
+    if text in _FALSE:
+        return "none"
+    if text in DRAIN_MODES:
+        return text
+    raise ValueError("mig_node_drain must be devices, node or none (true means devices, false none), not %r" % (setting,))
+
+
+def _pod_key(pod):
+    return "%s/%s" % (_meta(pod).get("namespace"), _meta(pod).get("name"))
+
+
+def _finished(pod):
+    return ((pod or {}).get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def drain_plan(setting, pods, info, gpu_pods_only, evict_label):
+    """Which of the node's pods this change evicts, and why, as decided inside the cordoned window.
+
+    setting: mig_node_drain. pods: the node's pods. info: gpuops.mig.mig_node_info's result, read after the
+    cordon (allocations_source, allocations_error, evictions: which pods hold devices the plan destroys or
+    sit on GPUs whose mode changes, or drain_node for a reboot).
+
+    `devices` evicts exactly the pods info names, plus any GPU pod the pod map does not show (a pod bound
+    but not yet given its devices: which device it gets is unknown). Where the pod map could not be read,
+    or the change reboots the node, it falls back to the whole-node drain and says why.
+    Returns {"mode", "why", "evict": [patches for pods_to_evict's label], "pods": [{"pod", "reasons"}]}."""
+    mode = drain_mode(setting)
+    info = info or {}
+    evictions = info.get("evictions") or {}
+    why = ""
+    if mode == "devices":
+        if not info.get("allocations_source"):
+            why = "which pod holds which MIG device is unknown (%s)" % (info.get("allocations_error") or "not read")
+        elif evictions.get("drain_node"):
+            why = "the change reboots the node"
+        if why:
+            mode = "node"
+    if mode == "none":
+        return {"mode": mode, "why": "", "evict": [], "pods": []}
+    if mode == "node":
+        evict = pods_to_evict(pods, gpu_pods_only, evict_label)
+        reason = [{"reason": "node drain", "detail": why or "mig_node_drain is node"}]
+        return {"mode": mode, "why": why, "evict": evict,
+                "pods": [{"pod": "%s/%s" % (p["metadata"]["namespace"], p["metadata"]["name"]), "reasons": reason}
+                         for p in evict]}
+    named = dict((e["pod"], e["reasons"]) for e in evictions.get("pods") or [])
+    mapped = set("%s/%s" % (a.get("namespace"), a.get("pod")) for a in info.get("allocations") or [])
+    chosen = []
+    for pod in pods or ():
+        key = _pod_key(pod)
+        owners = [ref.get("kind") for ref in _meta(pod).get("ownerReferences") or []]
+        if "DaemonSet" in owners or _finished(pod):
+            continue
+        if key in named:
+            chosen.append((pod, named[key]))
+        elif uses_gpu(pod) and key not in mapped:
+            chosen.append((pod, [{"reason": "device unknown",
+                                  "detail": "the kubelet lists no device of this GPU pod yet, so it may get one the "
+                                            "change destroys"}]))
+    return {"mode": mode, "why": "", "evict": [_ref(pod, {evict_label: "true"}) for pod, dummy in chosen],
+            "pods": [{"pod": _pod_key(pod), "reasons": reasons} for pod, reasons in chosen]}
+
+
+def kept_pods_problems(before, after, evicted, pods):
+    """After the change: every pod that held MIG devices before and was not evicted must still be Running
+    and hold the same devices. before/after: mig_node_info allocations; evicted: pod keys; pods: the node's
+    pods now. Returns sentences (empty: all kept)."""
+    def holdings(allocations):
+        out = {}
+        for a in allocations or ():
+            out.setdefault("%s/%s" % (a.get("namespace"), a.get("pod")), set()).add(a.get("device_uuid"))
+        return out
+
+    was, now = holdings(before), holdings(after)
+    phases = dict((_pod_key(p), ((p.get("status") or {}).get("phase") or "Pending")) for p in pods or ())
+    problems = []
+    for key in sorted(set(was) - set(evicted or ())):
+        if phases.get(key) != "Running":
+            problems.append("%s, kept on its devices, is %s" % (key, phases.get(key, "gone")))
+        elif now.get(key) != was[key]:
+            problems.append("%s held %s and now holds %s" % (key, ", ".join(sorted(was[key])),
+                                                             ", ".join(sorted(now.get(key) or ())) or "nothing"))
+    return problems

@@ -56,3 +56,71 @@ def test_smoke_pods_one_per_resource_and_the_failure_names_each():
         "gpu-1: smoke workloads (cuda) did not succeed within 60 s: nvidia.com/mig-1g.5gb (gpuops-mig-smoke-gpu-1-1): "
         "Succeeded; nvidia.com/mig-2g.10gb (gpuops-mig-smoke-gpu-1-2): Pending")
     assert pods.smoke_failure([], "gpu-1", "cuda", 60).endswith("none started")
+
+
+# -- which pods a change evicts -----------------------------------------------------
+
+import pytest  # noqa: E402
+
+RUNNING = {"phase": "Running"}
+
+
+def gpu_pod(name, phase="Running", owner="ReplicaSet"):
+    out = pod(name, {"nvidia.com/mig-1g.5gb": 1}, owner=owner)
+    out["status"] = {"phase": phase}
+    return out
+
+
+def alloc(name, uuid):
+    return {"device_uuid": uuid, "namespace": "ml", "pod": name, "container": "c", "resource": "nvidia.com/mig-1g.5gb"}
+
+
+WINDOW_PODS = [gpu_pod("a"), gpu_pod("b"), gpu_pod("c"), gpu_pod("fresh"), gpu_pod("done", "Succeeded"),
+               pod("web", {"cpu": "1"}, owner="ReplicaSet"), gpu_pod("agent", owner="DaemonSet")]
+INFO = {"allocations_source": "podresources", "allocations_error": None,
+        "allocations": [alloc("a", "MIG-a"), alloc("b", "MIG-b"), alloc("c", "MIG-c")],
+        "evictions": {"drain_node": False, "evicts_nothing": False,
+                      "pods": [{"pod": "ml/b", "reasons": [{"reason": "device destroyed", "gpu": 0, "uuid": "MIG-b"}]}]}}
+
+
+@pytest.mark.parametrize("setting, mode", [(True, "devices"), ("true", "devices"), ("devices", "devices"),
+                                           ("node", "node"), (False, "none"), ("none", "none"), ("NO", "none")])
+def test_drain_modes(setting, mode):
+    assert pods.drain_mode(setting) == mode
+
+
+def test_an_unknown_drain_mode_is_refused():
+    with pytest.raises(ValueError, match="mig_node_drain must be devices, node or none"):
+        pods.drain_mode("gpus")
+
+
+def test_devices_evicts_the_pods_whose_devices_go_and_gpu_pods_the_map_lacks():
+    out = pods.drain_plan("devices", WINDOW_PODS, INFO, False, "gpuops.mig/evict")
+    assert out["mode"] == "devices" and out["why"] == ""
+    assert names(out["evict"]) == ["b", "fresh"]
+    assert out["pods"][0] == {"pod": "ml/b", "reasons": INFO["evictions"]["pods"][0]["reasons"]}
+    assert out["pods"][1]["reasons"][0]["reason"] == "device unknown"
+    idle = dict(INFO, evictions={"pods": [], "drain_node": False})
+    assert names(pods.drain_plan(True, WINDOW_PODS[:3], idle, False, "x")["evict"]) == []
+
+
+def test_devices_falls_back_to_the_whole_node_drain_and_says_why():
+    unknown = dict(INFO, allocations_source=None, allocations_error="no socket at /var/lib/kubelet/pod-resources/kubelet.sock")
+    out = pods.drain_plan("devices", WINDOW_PODS, unknown, True, "x")
+    assert out["mode"] == "node" and "no socket at" in out["why"]
+    assert names(out["evict"]) == ["a", "b", "c", "fresh", "done"]
+    reboot = dict(INFO, evictions={"pods": [], "drain_node": True})
+    out = pods.drain_plan("devices", WINDOW_PODS, reboot, False, "x")
+    assert out["why"] == "the change reboots the node" and "web" in names(out["evict"])
+    assert pods.drain_plan("node", WINDOW_PODS, INFO, True, "x")["why"] == ""
+    assert pods.drain_plan(False, WINDOW_PODS, INFO, True, "x") == {"mode": "none", "why": "", "evict": [], "pods": []}
+
+
+def test_kept_pods_must_run_on_with_their_devices():
+    before = INFO["allocations"]
+    after = [alloc("a", "MIG-a"), alloc("c", "MIG-c2")]
+    now = [gpu_pod("a"), gpu_pod("c")]
+    assert pods.kept_pods_problems(before, after, ["ml/b"], now) == ["ml/c held MIG-c and now holds MIG-c2"]
+    assert pods.kept_pods_problems(before, before, [], [gpu_pod("a"), gpu_pod("b", "Failed")]) == [
+        "ml/b, kept on its devices, is Failed", "ml/c, kept on its devices, is gone"]
+    assert pods.kept_pods_problems(before, before[:1], ["ml/b", "ml/c"], now) == []
