@@ -211,13 +211,15 @@ class ComputeInstance:
     start: int           # placement start, SM slices inside the GI
     pids: tuple = ()     # processes running on it; non-empty means busy
     uuid: object = None  # "MIG-..." when known
+    pods: tuple = ()     # "namespace/pod/container" the kubelet allocated it to; non-empty means busy too
 
     def __post_init__(self):
         object.__setattr__(self, "pids", tuple(self.pids))
+        object.__setattr__(self, "pods", tuple(self.pods))
 
     @property
     def busy(self):
-        return bool(self.pids)
+        return bool(self.pids or self.pods)
 
 
 @dataclass(frozen=True)
@@ -570,6 +572,8 @@ def describe_layout(geometry, gpu_instances):
                 text += " %s" % ci.uuid
             if ci.pids:
                 text += " (pids %s)" % ",".join(str(p) for p in ci.pids)
+            if ci.pods:
+                text += " (pods %s)" % ",".join(ci.pods)
             parts.append(text)
         lines.append("GI %s  %s @%d:%s  [%s]" % (_id_text(gi.gi_id), gi_name, gi.start, size, ", ".join(parts)))
     return "".join(line + "\n" for line in lines)
@@ -618,6 +622,7 @@ def _ci_as_dict(geometry, gi, ci):
         "placement": {"start": ci.start, "size": ci_profile.sm_slices},
         "uuid": ci.uuid,
         "pids": list(ci.pids),
+        "pods": list(ci.pods),
     }
 
 
@@ -759,7 +764,7 @@ def plan_gpu(geometry, existing, target, force=False, pinned=()):
     if busy and not force:
         raise LayoutError(
             "the new layout cannot be reached without destroying MIG devices that are in use: %s. "
-            "Stop those processes or use force." % "; ".join(_busy_text(geometry, gi, ci) for gi, ci in busy))
+            "Stop those processes (move those pods elsewhere) or use force." % "; ".join(_busy_text(geometry, gi, ci) for gi, ci in busy))
     check_plan(geometry, existing, total, plan, force=force, pinned=pins)
     return plan
 
@@ -813,7 +818,18 @@ def _busy_text(geometry, gi, ci):
     text = "GI %s (%s @%d:%d) CI %s (%s)" % (gi.gi_id, profile.name, gi.start, profile.memory_slices, ci.ci_id, device)
     if ci.uuid:
         text += " %s" % ci.uuid
-    return text + " with PIDs %s" % ", ".join(str(p) for p in ci.pids)
+    held = []
+    if ci.pids:
+        held.append("with PIDs %s" % ", ".join(str(p) for p in ci.pids))
+    if ci.pods:
+        held.append("allocated to %s" % ", ".join(describe_holder(name) for name in ci.pods))
+    return "%s %s" % (text, " and ".join(held))
+
+
+def describe_holder(name):
+    """A ``namespace/pod/container`` holder of a device in words: ``pod ns/name (container c)``."""
+    namespace, pod, container = (name.split("/", 2) + ["", ""])[:3]
+    return "pod %s/%s (container %s)" % (namespace, pod, container)
 
 
 @dataclass(frozen=True)

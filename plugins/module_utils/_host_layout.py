@@ -144,14 +144,21 @@ def geometry_from_profiles(profiles):
     return layout.GpuGeometry(memory_slices=memory_slices, sm_slices=sm_slices, profiles=tuple(gi_profiles))
 
 
-def read_layout(nvml, index):
-    """The GPU's instances as planner values (ids, placements, PIDs, UUIDs)."""
+def read_layout(nvml, index, holders=None):
+    """The GPU's instances as planner values (ids, placements, PIDs, UUIDs).
+
+    holders: {device UUID: ("namespace/pod/container", ...)} from the kubelet (_podresources); a MIG
+    device's pods are its own and those holding its whole GPU by the GPU's UUID.
+    """
+    holders = holders or {}
+    whole_gpu = holders.get(nvml.gpu(index)["uuid"], ()) if holders else ()
     instances = []
     for gi in nvml.layout(index):
         cis = tuple(layout.ComputeInstance(ci_id=ci["id"], profile_id=ci["profile_id"],
                                            start=ci["placement"]["start"],
                                            pids=tuple(p["pid"] for p in ci["processes"]),
-                                           uuid=ci["mig_device_uuid"])
+                                           uuid=ci["mig_device_uuid"],
+                                           pods=holders.get(ci["mig_device_uuid"], ()) + whole_gpu)
                     for ci in gi["compute_instances"])
         instances.append(layout.GpuInstance(gi_id=gi["id"], profile_id=gi["profile_id"],
                                             start=gi["placement"]["start"], compute_instances=cis))
@@ -177,8 +184,11 @@ class GpuWork(object):
         self.after = None
 
 
-def plan_host(nvml, resolution, gpus, force=False, check_mode=False):
-    """Read and plan every targeted GPU; raise RefusedError before any change."""
+def plan_host(nvml, resolution, gpus, force=False, check_mode=False, holders=None):
+    """Read and plan every targeted GPU; raise RefusedError before any change.
+
+    holders: which pods hold which device (see read_layout); a device a pod holds is as busy as one with
+    processes. None: processes only."""
     work = []
     problems = []
     for target in resolution.targets:
@@ -199,7 +209,7 @@ def plan_host(nvml, resolution, gpus, force=False, check_mode=False):
             continue  # MIG off: no geometry to plan
         try:
             item.geometry = read_geometry(nvml, item.index)
-            item.before = read_layout(nvml, item.index) if enabled_now else ()
+            item.before = read_layout(nvml, item.index, holders) if enabled_now else ()
             item.plan = layout.plan_gpu(item.geometry, item.before, target.mig_devices, force=force,
                                         pinned=target.pinned)
         except RefusedError as e:

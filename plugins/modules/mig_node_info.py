@@ -17,6 +17,10 @@ description:
     by M(gpuops.mig.mig_boot_restore) is in step with the layout.
   - Without a layout (none of O(config), O(config_file), O(layouts)) it reads the driver and GPUs only, which is
     what the M(gpuops.mig.mig_preflight) role checks.
+  - With O(read_allocations) (the default) it also reads which pod holds which GPU or MIG device from the
+    kubelet (RV(allocations)), and names the holders beside each device in RV(facts). The geometry plan does
+    not count those pods as busy (only processes), since a rollout moves the pods off before the change;
+    M(gpuops.mig.mig_config) does count them.
   - Changes nothing. A layout that cannot be applied (a config entry no GPU can hold, busy devices in the way
     without O(force)) fails here, with the messages of M(gpuops.mig.mig_mode) and M(gpuops.mig.mig_config),
     before anything on any node changes.
@@ -29,6 +33,7 @@ extends_documentation_fragment:
   - gpuops.mig._attributes.ACTIONGROUP_MIG
   - gpuops.mig._config_source
   - gpuops.mig._driver
+  - gpuops.mig._pod_resources
 attributes:
   check_mode:
     support: full
@@ -87,9 +92,37 @@ EXAMPLES = r"""
 
 RETURN = r"""
 facts:
-  description: The driver and the GPUs, as M(gpuops.mig.mig_facts) reports them (without profiles).
+  description:
+    - The driver and the GPUs, as M(gpuops.mig.mig_facts) reports them (without profiles).
+    - Each GPU and each of its compute instances also has C(pods), the holders the kubelet allocated it to,
+      as C(namespace/pod/container) strings (a MIG device's list includes those holding its whole GPU); null
+      when RV(allocations) was not read.
   returned: always
   type: dict
+allocations:
+  description:
+    - One item per device ID a container holds, in the kubelet's order, each with C(device_uuid) (C(MIG-...)
+      or C(GPU-...), without a time-slicing replica suffix), C(namespace), C(pod), C(container) and
+      C(resource) (for example C(nvidia.com/mig-1g.10gb)). A container holding several replicas of one device
+      appears once per replica.
+    - Null when the kubelet's PodResources API was not read (see RV(allocations_error)); an empty list when it
+      was read and no pod holds an NVIDIA device.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {device_uuid: MIG-5c89e4e5-2f2a-5b2c-9d4e-0d0b1c3f6a11, namespace: ml, pod: train-0, container: main,
+       resource: nvidia.com/mig-1g.10gb}
+allocations_source:
+  description: V(podresources) when RV(allocations) was read from the kubelet; else null.
+  returned: always
+  type: str
+allocations_error:
+  description:
+    - Null when RV(allocations) was read; else why not, as a sentence (no socket, refused, no answer in time,
+      an answer that does not decode, no C(grpcio) on the host, or O(read_allocations=false)).
+  returned: always
+  type: str
 container_toolkit:
   description:
     - C(command), C(rc), C(version) (V(x.y.z), or null) and C(error) (null when the command ran), when
@@ -150,6 +183,8 @@ from ansible_collections.gpuops.mig.plugins.module_utils._common import (
     CONFIG_SOURCE_ARG_SPEC,
     CONFIG_SOURCE_EXCLUSIVE,
     DRIVER_ARG_SPEC,
+    POD_RESOURCES_ARG_SPEC,
+    allocations_of,
     fail_from,
 )
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import DriverNotFound, GpuopsError, MissingLibrary
@@ -160,6 +195,7 @@ from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
     mig_device_counts,
     missing_driver_message,
 )
+from ansible_collections.gpuops.mig.plugins.module_utils._podresources import holders_by_device
 
 
 def read_facts(nvml):
@@ -179,6 +215,17 @@ def read_facts(nvml):
         "mig_capable_count": sum(1 for g in gpus if g["mig_capable"]),
         "gpus": gpus,
     }
+
+
+def name_holders(facts, allocations):
+    """Put beside each GPU and MIG device of ``facts`` the pods holding it (None when not known)."""
+    holders = holders_by_device(allocations) if allocations is not None else None
+    for gpu in facts["gpus"]:
+        whole = list(holders.get(gpu["uuid"], ())) if holders is not None else None
+        gpu["pods"] = whole
+        for gi in gpu.get("gpu_instances") or ():
+            for ci in gi["compute_instances"]:
+                ci["pods"] = None if holders is None else list(holders.get(ci["mig_device_uuid"], ())) + whole
 
 
 def planned_gpus(facts, geometry):
@@ -260,12 +307,14 @@ def main():
     )
     argument_spec.update(CONFIG_SOURCE_ARG_SPEC)
     argument_spec.update(DRIVER_ARG_SPEC)
+    argument_spec.update(POD_RESOURCES_ARG_SPEC)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
                            mutually_exclusive=CONFIG_SOURCE_EXCLUSIVE)
     p = module.params
     declared = any(p[key] is not None for key in ("config", "config_file", "layouts"))
     result = dict(changed=False, mode=None, geometry=None, change=None, wants_mig=None, planned=None, restore=None,
                   container_toolkit=None)
+    result.update(allocations_of(module))
     if p["container_toolkit_command"]:
         try:
             check_command_line(p["container_toolkit_command"], "container_toolkit_command")
@@ -276,6 +325,7 @@ def main():
     try:
         with nvml:
             result["facts"] = read_facts(nvml)
+            name_holders(result["facts"], result["allocations"])
             if declared:
                 result.update(plan_node(nvml, p))
     except (MissingLibrary, DriverNotFound) as e:
