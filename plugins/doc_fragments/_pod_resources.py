@@ -19,7 +19,7 @@ options:
         device on it. Device IDs of other plugins are left out.
       - It needs the Python packages C(grpcio) and C(protobuf) (7.35 or later) on the managed host, and only
         when the socket exists. When the API cannot be read (no socket, refused, no answer in time, an answer
-        that does not decode, no C(grpcio)), nothing fails: RV(allocations) is null and RV(allocations_error)
+        that does not decode, no C(grpcio)), nothing fails; RV(allocations) is null and RV(allocations_error)
         says why.
       - V(false) skips the read (RV(allocations_error) says so).
     type: bool
@@ -30,4 +30,3 @@ options:
     type: path
     default: /var/lib/kubelet/pod-resources/kubelet.sock
 """
-

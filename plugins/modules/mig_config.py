@@ -22,7 +22,7 @@ description:
   - It never destroys a MIG device that has processes unless O(force=true); without it the module fails
     before any change, naming the GPU, the device and the PIDs.
   - A MIG device the kubelet allocated to a pod (O(read_allocations)) counts as busy too, even with no process
-    on it: without O(force=true) the module fails before any change, naming the GPU, the device's UUID, and
+    on it; without O(force=true) the module fails before any change, naming the GPU, the device's UUID, and
     the pod (namespace/name) and container that hold it. When the kubelet's allocations cannot be read (no
     kubelet, no C(grpcio)) only processes count, as before, and RV(allocations_error) says why.
   - An NVML failure part-way leaves no half-made MIG device. A new GPU instance whose compute instances cannot

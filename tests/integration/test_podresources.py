@@ -40,8 +40,8 @@ PLAYBOOK = """
 def make_devices(state, devices):
     """Give the simulated host's GPUs this layout with the collection's engine (force: pods are not asked)."""
     with nvml_on(state) as nvml:
-        resolution, gpus = host_layout.resolve(nvml, host_layout.load_entries(layouts=[{"gpus": "all",
-                                                                                          "devices": devices}]))
+        entries = host_layout.load_entries(layouts=[{"gpus": "all", "devices": devices}])
+        resolution, gpus = host_layout.resolve(nvml, entries)
         host_layout.apply_host(nvml, host_layout.plan_host(nvml, resolution, gpus, force=True))
 
 

@@ -20,11 +20,16 @@ each of its containers (restartable init containers first), with or without devi
 from __future__ import annotations
 
 import os
+import sys
 from concurrent import futures
 
 import grpc
 
-from ansible_collections.gpuops.mig.plugins.module_utils import _podresources_api_pb2 as messages
+try:
+    from ansible_collections.gpuops.mig.plugins.module_utils import _podresources_api_pb2 as messages
+except ImportError:   # run outside pytest (python -m tests.support.kubeapi): the checkout's collection link
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", ".build", "collections"))
+    from ansible_collections.gpuops.mig.plugins.module_utils import _podresources_api_pb2 as messages
 
 SERVICE = "v1.PodResourcesLister"
 

@@ -61,8 +61,8 @@ def test_time_slicing_replicas_are_one_allocation_each_of_the_stripped_uuid(sock
             pod("b", "p3", ("c", [("nvidia.com/gpu", [GPU_1 + "::2"])]))]
     with PodResourcesServer(sock, lambda: pods):
         allocations = podresources.read_allocations(sock)["allocations"]
-    assert [(a["device_uuid"], a["pod"]) for a in allocations] == [(MIG_A, "p1"), (MIG_A, "p1"), (MIG_A, "p2"),
-                                                                  (GPU_1, "p3")]
+    expected = [(MIG_A, "p1"), (MIG_A, "p1"), (MIG_A, "p2"), (GPU_1, "p3")]
+    assert [(a["device_uuid"], a["pod"]) for a in allocations] == expected
     # Two replicas in one container are one holder; two pods sharing a device are two.
     assert podresources.holders_by_device(allocations) == {MIG_A: ("a/p1/c", "b/p2/c"), GPU_1: ("b/p3/c",)}
 
@@ -123,7 +123,7 @@ def test_an_answer_that_does_not_decode_is_garbage(sock):
 def speak_http_only(listener, stop):
     while not stop.is_set():
         try:
-            conn, _ = listener.accept()
+            conn, _address = listener.accept()
         except OSError:
             return
         with conn:

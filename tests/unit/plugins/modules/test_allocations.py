@@ -31,8 +31,8 @@ def two_devices(sim_host, run_module):
     return state, mig_uuids(run_module(mig_config, {"layouts": TWO}))
 
 
-def test_a_device_a_pod_holds_is_not_destroyed_and_the_message_names_the_pod(two_devices, run_module,
-                                                                              file_digest, tmp_path):
+def test_a_device_a_pod_holds_is_not_destroyed_and_the_message_names_the_pod(
+        two_devices, run_module, file_digest, tmp_path):
     state, (first, second) = two_devices
     sock = str(tmp_path / "kubelet.sock")
     before = file_digest(state)
@@ -92,8 +92,8 @@ def test_read_allocations_false_does_not_ask(two_devices, run_module, tmp_path):
     assert result["allocations_error"] == "not read (read_allocations is false)"
 
 
-def test_mig_node_info_returns_the_allocations_and_names_holders_beside_each_device(two_devices, run_module,
-                                                                                      tmp_path):
+def test_mig_node_info_returns_the_allocations_and_names_holders_beside_each_device(
+        two_devices, run_module, tmp_path):
     _state, (first, second) = two_devices
     sock = str(tmp_path / "kubelet.sock")
     pods = holding(("ml/train-0/main", [second + "::0", second + "::1"]), ("ml/train-1/main", [second + "::2"]))
