@@ -89,9 +89,9 @@ def list_pod_resources(socket_path, timeout=TIMEOUT):
     where = "the kubelet's PodResources socket %s" % socket_path
     try:
         mode = os.stat(socket_path).st_mode
-    except OSError as e:
+    except (OSError, ValueError) as e:   # ValueError: a NUL in the path
         raise AllocationsUnreadable("%s cannot be used: %s (no kubelet on this host, or its root directory is "
-                                    "elsewhere: set pod_resources_socket)" % (where, e.strerror or e))
+                                    "elsewhere: set pod_resources_socket)" % (where, getattr(e, "strerror", None) or e))
     if not stat.S_ISSOCK(mode):
         raise AllocationsUnreadable("%s is not a unix socket" % where)
     grpc, messages = _import_grpc()

@@ -314,7 +314,6 @@ def main():
     declared = any(p[key] is not None for key in ("config", "config_file", "layouts"))
     result = dict(changed=False, mode=None, geometry=None, change=None, wants_mig=None, planned=None, restore=None,
                   container_toolkit=None)
-    result.update(allocations_of(module))
     if p["container_toolkit_command"]:
         try:
             check_command_line(p["container_toolkit_command"], "container_toolkit_command")
@@ -325,15 +324,18 @@ def main():
     try:
         with nvml:
             result["facts"] = read_facts(nvml)
-            name_holders(result["facts"], result["allocations"])
             if declared:
                 result.update(plan_node(nvml, p))
     except (MissingLibrary, DriverNotFound) as e:
         if p["fail_on_missing_driver"]:
             fail_from(module, e)
-        module.exit_json(**dict(result, facts=facts_without_driver(missing_driver_message(e), nvml.simulate)))
+        module.exit_json(**dict(result, facts=facts_without_driver(missing_driver_message(e), nvml.simulate),
+                                **allocations_of(module)))
     except GpuopsError as e:
         fail_from(module, e)
+    # After the commands this module runs (gRPC's threads are best not forked).
+    result.update(allocations_of(module))
+    name_holders(result["facts"], result["allocations"])
     if declared:
         result["planned"] = planned_gpus(result["facts"], result["geometry"]["gpus"])
         if p["restore"] is not None:

@@ -86,6 +86,10 @@ def test_a_missing_socket_says_so(sock):
     assert sock in error and "No such file or directory" in error and "pod_resources_socket" in error
 
 
+def test_a_path_with_a_nul_is_refused_without_a_traceback():
+    assert "embedded null byte" in unreadable(podresources.read_allocations("/run/kubelet\x00.sock"))
+
+
 def test_a_file_that_is_not_a_socket_says_so(tmp_path):
     path = tmp_path / "plain"
     path.write_text("")
