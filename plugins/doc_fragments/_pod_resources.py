@@ -17,7 +17,7 @@ options:
       - NVIDIA's device plugin names devices by UUID (C(MIG-...), C(GPU-...)); a time-slicing replica
         C(<UUID>::<n>) counts as one allocation of that UUID. A whole GPU's allocation counts for every MIG
         device on it. Device IDs of other plugins are left out.
-      - It needs the Python packages C(grpcio) and C(protobuf) (7.35 or later) on the managed host, and only
+      - It needs the Python packages C(grpcio) and C(protobuf) (3.20 or later) on the managed host, and only
         when the socket exists. When the API cannot be read (no socket, refused, no answer in time, an answer
         that does not decode, no C(grpcio)), nothing fails; RV(allocations) is null and RV(allocations_error)
         says why.

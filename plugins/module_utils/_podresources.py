@@ -15,7 +15,8 @@ decode, no grpcio) comes back as a sentence in ``allocations_error``, never as a
 caller then knows nothing about pods and falls back to treating the whole node as in use.
 
 Private to the collection; no Ansible imports. The messages are _podresources_api_pb2 (generated
-from _podresources_api.proto by scripts/gen-podresources.sh).
+from _podresources_api.proto by scripts/gen-podresources.sh), which needs protobuf 7.35 or later; with
+an older protobuf (3.20 on) the same messages are built at run time from the same descriptor.
 """
 
 from __future__ import annotations
@@ -113,14 +114,49 @@ def list_pod_resources(socket_path, timeout=TIMEOUT):
 def _import_grpc():
     try:
         import grpc
-        from ansible_collections.gpuops.mig.plugins.module_utils import _podresources_api_pb2 as messages
+        import google.protobuf  # noqa: F401  pylint: disable=unused-import
     except ImportError as e:
-        raise AllocationsUnreadable("the Python packages grpcio and protobuf (7.35 or later) are needed on the "
-                                    "host to read which pods hold which GPU devices: %s" % e)
-    except Exception as e:  # protobuf's VersionError: a runtime older than the generated messages
-        raise AllocationsUnreadable("the protobuf package on the host cannot load the PodResources messages "
-                                    "(protobuf 7.35 or later is needed): %s" % e)
+        raise AllocationsUnreadable("the Python packages grpcio and protobuf are needed on the host to read which "
+                                    "pods hold which GPU devices: %s" % e)
+    try:
+        from ansible_collections.gpuops.mig.plugins.module_utils import _podresources_api_pb2 as messages
+    except Exception:  # pylint: disable=broad-except
+        # The generated module wants protobuf 7.35 or later (ImportError or VersionError before that);
+        # an older protobuf (Debian 12's 3.21, say) gets the same messages built from the same descriptor.
+        messages = _messages_from_descriptor()
     return grpc, messages
+
+
+# _podresources_api_pb2's serialized FileDescriptorProto (a unit test keeps the two equal).
+_DESCRIPTOR = (
+    b'\n\x17_podresources_api.proto\x12\x02v1"\x19\n\x17ListPodResourcesRequest"C\n\x18ListPodResource'
+    b'sResponse\x12\'\n\rpod_resources\x18\x01 \x03(\x0b2\x10.v1.PodResources"[\n\x0cPodResources\x12\x0c'
+    b'\n\x04name\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12*\n\ncontainers\x18\x03 \x03('
+    b'\x0b2\x16.v1.ContainerResources"I\n\x12ContainerResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%'
+    b'\n\x07devices\x18\x02 \x03(\x0b2\x14.v1.ContainerDevices"=\n\x10ContainerDevices\x12\x15\n\rreso'
+    b'urce_name\x18\x01 \x01(\t\x12\x12\n\ndevice_ids\x18\x02 \x03(\t2Y\n\x12PodResourcesLister\x12C\n'
+    b'\x04List\x12\x1b.v1.ListPodResourcesRequest\x1a\x1c.v1.ListPodResourcesResponse"\x00b\x06proto3'
+)
+
+
+def _messages_from_descriptor():
+    """The two messages of List, built at run time from _DESCRIPTOR in a private descriptor pool."""
+    try:
+        from google.protobuf import descriptor_pool, message_factory
+        pool = descriptor_pool.DescriptorPool()
+        pool.AddSerializedFile(_DESCRIPTOR)
+        make = getattr(message_factory, "GetMessageClass", None) or message_factory.MessageFactory(pool).GetPrototype
+        return _Messages(make(pool.FindMessageTypeByName("v1.ListPodResourcesRequest")),
+                         make(pool.FindMessageTypeByName("v1.ListPodResourcesResponse")))
+    except Exception as e:  # pylint: disable=broad-except
+        raise AllocationsUnreadable("the protobuf package on the host cannot build the PodResources messages: "
+                                    "%s: %s" % (type(e).__name__, e))
+
+
+class _Messages(object):
+    def __init__(self, request, response):
+        self.ListPodResourcesRequest = request       # pylint: disable=invalid-name
+        self.ListPodResourcesResponse = response     # pylint: disable=invalid-name
 
 
 def _rpc_failure(where, error, timeout):

@@ -171,3 +171,19 @@ def test_without_grpc_on_the_host_it_says_what_to_install(sock, monkeypatch):
         monkeypatch.setitem(sys.modules, "grpc", None)     # import grpc now raises ImportError
         error = unreadable(podresources.read_allocations(sock))
     assert "grpcio and protobuf" in error and "grpc" in error
+
+
+def test_the_descriptor_for_older_protobuf_is_the_generated_one():
+    from ansible_collections.gpuops.mig.plugins.module_utils import _podresources_api_pb2 as generated
+    assert podresources._DESCRIPTOR == generated.DESCRIPTOR.serialized_pb
+
+
+def test_messages_built_from_the_descriptor_read_the_same_answer(sock, monkeypatch):
+    pods = [pod("ml", "train-0", ("main", [("nvidia.com/mig-1g.10gb", [MIG_A + "::1"])]))]
+    with PodResourcesServer(sock, lambda: pods):
+        expected = podresources.read_allocations(sock)
+        # As on a host whose protobuf is older than the generated module (there: ImportError or VersionError).
+        monkeypatch.setitem(sys.modules, "ansible_collections.gpuops.mig.plugins.module_utils._podresources_api_pb2",
+                            None)
+        assert podresources.read_allocations(sock) == expected
+    assert expected["allocations"][0]["device_uuid"] == MIG_A
