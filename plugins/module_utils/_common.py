@@ -28,6 +28,7 @@ from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
     PYNVML_IMPORT_ERROR,
     Nvml,
 )
+from ansible_collections.gpuops.mig.plugins.module_utils._podresources import DEFAULT_SOCKET, read_allocations
 
 # Paired with the doc fragment gpuops.mig._gpu_selection.
 GPU_SELECTION_ARG_SPEC = dict(
@@ -48,6 +49,21 @@ CONFIG_SOURCE_ARG_SPEC = dict(
     allow_unmatched=dict(type="bool", default=False),
 )
 CONFIG_SOURCE_EXCLUSIVE = [("config", "config_file", "layouts")]
+
+# Paired with the doc fragment gpuops.mig._pod_resources.
+POD_RESOURCES_ARG_SPEC = dict(
+    read_allocations=dict(type="bool", default=True),
+    pod_resources_socket=dict(type="path", default=DEFAULT_SOCKET),
+)
+
+
+def allocations_of(module):
+    """Which pods hold which devices, per the module's read_allocations and pod_resources_socket options:
+    ``{"allocations", "allocations_source", "allocations_error"}`` (see _podresources.read_allocations)."""
+    if not module.params["read_allocations"]:
+        return {"allocations": None, "allocations_source": None,
+                "allocations_error": "not read (read_allocations is false)"}
+    return read_allocations(module.params["pod_resources_socket"])
 
 
 def fail_from(module, error, **result):

@@ -53,6 +53,10 @@ class ApplyError(GpuopsError):
     """A failure after changes began; ``report`` says what was done and what was not."""
 
 
+class AllocationsUnreadable(GpuopsError):
+    """The kubelet's PodResources API could not be read (no socket, no answer, an answer that is not one)."""
+
+
 class NvmlError(GpuopsError):
     """An NVML failure, phrased for a person.
 

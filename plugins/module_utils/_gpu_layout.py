@@ -888,9 +888,18 @@ def _device_text(geometry, gi, ci):
     text = "GI %s (%s @%d:%d) CI %s (%s)" % (gi.gi_id, profile.name, gi.start, profile.memory_slices, ci.ci_id, device)
     if ci.uuid:
         text += " %s" % ci.uuid
+    held = []
+    if ci.pids:
+        held.append("with PIDs %s" % ", ".join(str(p) for p in ci.pids))
     if ci.pods:
-        return text + " allocated to %s" % ", ".join(ci.pods)
-    return text + " with PIDs %s" % ", ".join(str(p) for p in ci.pids)
+        held.append("allocated to %s" % ", ".join(describe_holder(name) for name in ci.pods))
+    return "%s %s" % (text, " and ".join(held))
+
+
+def describe_holder(name):
+    """A ``namespace/pod/container`` holder of a device in words: ``pod ns/name (container c)``."""
+    namespace, pod, container = (name.split("/", 2) + ["", ""])[:3]
+    return "pod %s/%s (container %s)" % (namespace, pod, container)
 
 
 def _devices_text(geometry, pairs):

@@ -144,14 +144,21 @@ def geometry_from_profiles(profiles):
     return layout.GpuGeometry(memory_slices=memory_slices, sm_slices=sm_slices, profiles=tuple(gi_profiles))
 
 
-def read_layout(nvml, index):
-    """The GPU's instances as planner values (ids, placements, PIDs, UUIDs)."""
+def read_layout(nvml, index, holders=None):
+    """The GPU's instances as planner values (ids, placements, PIDs, UUIDs).
+
+    holders: {device UUID: ("namespace/pod/container", ...)} from the kubelet (_podresources); a MIG
+    device's pods are its own and those holding its whole GPU by the GPU's UUID.
+    """
+    holders = holders or {}
+    whole_gpu = holders.get(nvml.gpu(index)["uuid"], ()) if holders else ()
     instances = []
     for gi in nvml.layout(index):
         cis = tuple(layout.ComputeInstance(ci_id=ci["id"], profile_id=ci["profile_id"],
                                            start=ci["placement"]["start"],
                                            pids=tuple(p["pid"] for p in ci["processes"]),
-                                           uuid=ci["mig_device_uuid"])
+                                           uuid=ci["mig_device_uuid"],
+                                           pods=holders.get(ci["mig_device_uuid"], ()) + whole_gpu)
                     for ci in gi["compute_instances"])
         instances.append(layout.GpuInstance(gi_id=gi["id"], profile_id=gi["profile_id"],
                                             start=gi["placement"]["start"], compute_instances=cis))
@@ -177,11 +184,12 @@ class GpuWork(object):
         self.after = None
 
 
-def plan_host(nvml, resolution, gpus, force=False, check_mode=False, evict_pods=False):
+def plan_host(nvml, resolution, gpus, force=False, check_mode=False, evict_pods=False, holders=None):
     """Read and plan every targeted GPU; raise RefusedError before any change.
 
     evict_pods: plan as if the pods holding devices may be evicted (the plans name them in
-    evicted_pods); for deciding what to evict. apply_host never destroys a device a pod holds.
+    evicted_pods); for deciding what to evict. apply_host destroys a device a pod holds only when told.
+    holders: which pods hold which device ({device UUID: holders}, see read_layout); None: not read.
     """
     work = []
     problems = []
@@ -203,7 +211,7 @@ def plan_host(nvml, resolution, gpus, force=False, check_mode=False, evict_pods=
             continue  # MIG off: no geometry to plan
         try:
             item.geometry = read_geometry(nvml, item.index)
-            item.before = read_layout(nvml, item.index) if enabled_now else ()
+            item.before = read_layout(nvml, item.index, holders) if enabled_now else ()
             item.plan = layout.plan_gpu(item.geometry, item.before, target.mig_devices, force=force,
                                         pinned=target.pinned, evict_pods=evict_pods)
         except RefusedError as e:
@@ -219,19 +227,19 @@ def plan_host(nvml, resolution, gpus, force=False, check_mode=False, evict_pods=
 
 # -- acting ------------------------------------------------------------------
 
-def apply_host(nvml, work, force_timeout=10.0):
+def apply_host(nvml, work, force_timeout=10.0, destroy_allocated=False):
     """Carry out the plans GPU by GPU: destroy, then create with explicit placements.
 
     A GPU instance whose compute instances cannot all be created is destroyed
     again, so no half-made device stays. On failure ApplyError.report lists
     per GPU what was done and what was not; a new run converges from there.
-    A plan that destroys a device allocated to a pod is refused before any change:
-    its pods must be evicted first.
+    A plan that destroys a device allocated to a pod is refused before any change (its pods must be
+    evicted first), unless destroy_allocated (mig_config's force).
     """
     held = ["%s: MIG device %s is allocated to %s" % (item.label, ci.uuid or "GI %s CI %s" % (gi.gi_id, ci.ci_id),
                                                       ", ".join(ci.pods))
             for item in work if item.plan is not None for gi, ci in item.plan.destroyed_compute_instances() if ci.pods]
-    if held:
+    if held and not destroy_allocated:
         raise RefusedError("Nothing was changed. %s; evict those pods first" % "; ".join(held))
     for item in work:
         if item.plan is None or not item.plan.changed:

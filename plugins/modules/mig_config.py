@@ -21,6 +21,10 @@ description:
     largest contiguous free range.
   - It never destroys a MIG device that has processes unless O(force=true); without it the module fails
     before any change, naming the GPU, the device and the PIDs.
+  - A MIG device the kubelet allocated to a pod (O(read_allocations)) counts as busy too, even with no process
+    on it; without O(force=true) the module fails before any change, naming the GPU, the device's UUID, and
+    the pod (namespace/name) and container that hold it. When the kubelet's allocations cannot be read (no
+    kubelet, no C(grpcio)) only processes count, as before, and RV(allocations_error) says why.
   - An NVML failure part-way leaves no half-made MIG device. A new GPU instance whose compute instances cannot
     all be created is destroyed again; a GPU instance that cannot be destroyed, or whose compute instances
     cannot be changed, gets back the compute instances already destroyed, at the same profiles and placements
@@ -41,6 +45,7 @@ extends_documentation_fragment:
   - gpuops.mig._attributes.ACTIONGROUP_MIG
   - gpuops.mig._config_source
   - gpuops.mig._driver
+  - gpuops.mig._pod_resources
 attributes:
   check_mode:
     support: full
@@ -53,6 +58,7 @@ options:
     description:
       - Terminate (SIGTERM, then SIGKILL after O(force_timeout) seconds) processes on MIG devices the plan
         must destroy, instead of failing.
+      - MIG devices allocated to pods are destroyed too; those pods are not evicted (drain them first).
     type: bool
     default: false
   force_timeout:
@@ -132,6 +138,21 @@ unmatched:
   returned: always
   type: list
   elements: str
+allocations:
+  description:
+    - Which pods hold which devices, as M(gpuops.mig.mig_node_info) returns it (read before planning); null
+      when not read.
+  returned: always
+  type: list
+  elements: dict
+allocations_source:
+  description: V(podresources), or null when RV(allocations) was not read.
+  returned: always
+  type: str
+allocations_error:
+  description: Why RV(allocations) was not read (then only processes made a device busy); null when it was.
+  returned: always
+  type: str
 failed_part_way:
   description: On a failure after changes began, per GPU what was done and what was not.
   returned: failure
@@ -146,8 +167,11 @@ from ansible_collections.gpuops.mig.plugins.module_utils._common import (
     CONFIG_SOURCE_ARG_SPEC,
     CONFIG_SOURCE_EXCLUSIVE,
     DRIVER_ARG_SPEC,
+    POD_RESOURCES_ARG_SPEC,
+    allocations_of,
     nvml_session,
 )
+from ansible_collections.gpuops.mig.plugins.module_utils._podresources import holders_by_device
 
 
 def main():
@@ -157,22 +181,28 @@ def main():
     )
     argument_spec.update(CONFIG_SOURCE_ARG_SPEC)
     argument_spec.update(DRIVER_ARG_SPEC)
+    argument_spec.update(POD_RESOURCES_ARG_SPEC)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
                            mutually_exclusive=CONFIG_SOURCE_EXCLUSIVE,
                            required_one_of=CONFIG_SOURCE_EXCLUSIVE)
     p = module.params
-    with nvml_session(module) as nvml:
+    # Read before planning: a device a pod holds is kept like one with processes.
+    allocations = allocations_of(module)
+    with nvml_session(module, **allocations) as nvml:
         entries = host_layout.load_entries(p["config"], p["config_file"], p["config_name"], p["layouts"])
         resolution, gpus = host_layout.resolve(nvml, entries, p["allow_unmatched"])
-        work = host_layout.plan_host(nvml, resolution, gpus, p["force"], module.check_mode)
+        # force destroys a device a pod holds too (the pod is not evicted; the rollout evicts first).
+        work = host_layout.plan_host(nvml, resolution, gpus, p["force"], module.check_mode, evict_pods=p["force"],
+                                     holders=holders_by_device(allocations["allocations"]))
         if not module.check_mode:
-            host_layout.apply_host(nvml, work, p["force_timeout"])
+            host_layout.apply_host(nvml, work, p["force_timeout"], destroy_allocated=p["force"])
             host_layout.reread(nvml, work)
         result = dict(
             changed=any(host_layout.item_changed(item) for item in work),
             gpus=host_layout.report(work),
             skipped_gpus=["%s (%s)" % (gpu.label, entry.label) for gpu, entry in resolution.skipped],
             unmatched=[entry.label for entry in resolution.unmatched],
+            **allocations
         )
         if module._diff:
             result["diff"] = host_layout.diff(work, module.check_mode)

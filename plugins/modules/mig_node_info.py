@@ -17,6 +17,10 @@ description:
     by M(gpuops.mig.mig_boot_restore) is in step with the layout.
   - Without a layout (none of O(config), O(config_file), O(layouts)) it reads the driver and GPUs only, which is
     what the M(gpuops.mig.mig_preflight) role checks.
+  - With O(read_allocations) (the default) it also reads which pod holds which GPU or MIG device from the
+    kubelet (RV(allocations)), and names the holders beside each device in RV(facts). The geometry plan does
+    not count those pods as busy (only processes), since a rollout moves the pods off before the change;
+    M(gpuops.mig.mig_config) does count them.
   - Changes nothing. A layout that cannot be applied (a config entry no GPU can hold, busy devices in the way
     without O(force)) fails here, with the messages of M(gpuops.mig.mig_mode) and M(gpuops.mig.mig_config),
     before anything on any node changes.
@@ -29,6 +33,7 @@ extends_documentation_fragment:
   - gpuops.mig._attributes.ACTIONGROUP_MIG
   - gpuops.mig._config_source
   - gpuops.mig._driver
+  - gpuops.mig._pod_resources
 attributes:
   check_mode:
     support: full
@@ -87,9 +92,37 @@ EXAMPLES = r"""
 
 RETURN = r"""
 facts:
-  description: The driver and the GPUs, as M(gpuops.mig.mig_facts) reports them (without profiles).
+  description:
+    - The driver and the GPUs, as M(gpuops.mig.mig_facts) reports them (without profiles).
+    - Each GPU and each of its compute instances also has C(pods), the holders the kubelet allocated it to,
+      as C(namespace/pod/container) strings (a MIG device's list includes those holding its whole GPU); null
+      when RV(allocations) was not read.
   returned: always
   type: dict
+allocations:
+  description:
+    - One item per device ID a container holds, in the kubelet's order, each with C(device_uuid) (C(MIG-...)
+      or C(GPU-...), without a time-slicing replica suffix), C(namespace), C(pod), C(container) and
+      C(resource) (for example C(nvidia.com/mig-1g.10gb)). A container holding several replicas of one device
+      appears once per replica.
+    - Null when the kubelet's PodResources API was not read (see RV(allocations_error)); an empty list when it
+      was read and no pod holds an NVIDIA device.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {device_uuid: MIG-5c89e4e5-2f2a-5b2c-9d4e-0d0b1c3f6a11, namespace: ml, pod: train-0, container: main,
+       resource: nvidia.com/mig-1g.10gb}
+allocations_source:
+  description: V(podresources) when RV(allocations) was read from the kubelet; else null.
+  returned: always
+  type: str
+allocations_error:
+  description:
+    - Null when RV(allocations) was read; else why not, as a sentence (no socket, refused, no answer in time,
+      an answer that does not decode, no C(grpcio) on the host, or O(read_allocations=false)).
+  returned: always
+  type: str
 container_toolkit:
   description:
     - C(command), C(rc), C(version) (V(x.y.z), or null) and C(error) (null when the command ran), when
@@ -111,6 +144,15 @@ geometry:
 change:
   description:
     - C(mode), C(geometry) and C(any) (either), each true when that part must change. Null without a layout.
+  returned: always
+  type: dict
+evictions:
+  description:
+    - Which pods the change evicts, and why, from the kubelet's allocations (RV(allocations)) and the plans.
+      Null without a layout or when the allocations were not read (then only a whole-node drain is safe).
+    - C(pods) (each C(pod), C(namespace/name), with C(reasons): C(reason) V(device destroyed), V(GPU mode change)
+      or V(reboot), C(gpu), C(detail), and for a destroyed device C(device) and C(uuid)), C(drain_node) (the change
+      reboots the node: every pod goes) and C(evicts_nothing).
   returned: always
   type: dict
 wants_mig:
@@ -152,6 +194,8 @@ from ansible_collections.gpuops.mig.plugins.module_utils._common import (
     CONFIG_SOURCE_ARG_SPEC,
     CONFIG_SOURCE_EXCLUSIVE,
     DRIVER_ARG_SPEC,
+    POD_RESOURCES_ARG_SPEC,
+    allocations_of,
     fail_from,
 )
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import DriverNotFound, GpuopsError, MissingLibrary
@@ -162,6 +206,8 @@ from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
     mig_device_counts,
     missing_driver_message,
 )
+from ansible_collections.gpuops.mig.plugins.module_utils import _evictions as evictions
+from ansible_collections.gpuops.mig.plugins.module_utils._podresources import holders_by_device
 
 
 def read_facts(nvml):
@@ -181,6 +227,17 @@ def read_facts(nvml):
         "mig_capable_count": sum(1 for g in gpus if g["mig_capable"]),
         "gpus": gpus,
     }
+
+
+def name_holders(facts, allocations):
+    """Put beside each GPU and MIG device of ``facts`` the pods holding it (None when not known)."""
+    holders = holders_by_device(allocations) if allocations is not None else None
+    for gpu in facts["gpus"]:
+        whole = list(holders.get(gpu["uuid"], ())) if holders is not None else None
+        gpu["pods"] = whole
+        for gi in gpu.get("gpu_instances") or ():
+            for ci in gi["compute_instances"]:
+                ci["pods"] = None if holders is None else list(holders.get(ci["mig_device_uuid"], ())) + whole
 
 
 def planned_gpus(facts, geometry):
@@ -232,13 +289,29 @@ def container_toolkit(module, command):
     return {"command": command, "rc": rc, "version": found.group(0) if found and rc == 0 else None, "error": error}
 
 
-def plan_node(nvml, p):
-    """The mode and geometry plans for the declared layout, and what they add up to."""
+def gpu_holders(facts, holders):
+    """{GPU index: every pod holding the GPU or one of its MIG devices} (the pods a mode change or reset
+    evicts); None when the kubelet was not read."""
+    if holders is None:
+        return None
+    out = {}
+    for gpu in facts["gpus"]:
+        found = list(holders.get(gpu["uuid"], ()))
+        for gi in gpu.get("gpu_instances") or ():
+            for ci in gi["compute_instances"]:
+                found.extend(holders.get(ci["mig_device_uuid"], ()))
+        out[gpu["index"]] = tuple(found)
+    return out
+
+
+def plan_node(nvml, p, facts=None, holders=None):
+    """The mode and geometry plans for the declared layout, what they add up to, and which pods the change
+    evicts (holders: {device UUID: pods} from the kubelet; None when not read: evictions is None)."""
     entries = host_layout.load_entries(p["config"], p["config_file"], p["config_name"], p["layouts"],
                                        origin=p["config_origin"])
     resolution, gpus = host_layout.resolve(nvml, entries, p["allow_unmatched"])
     # A device allocated to a pod may go here: the rollout evicts the pods each plan's evicted_pods names.
-    work = host_layout.plan_host(nvml, resolution, gpus, p["force"], check_mode=True, evict_pods=True)
+    work = host_layout.plan_host(nvml, resolution, gpus, p["force"], check_mode=True, evict_pods=True, holders=holders)
     records = host_mode.plan(nvml, host_mode.request_from_resolution(resolution, gpus), p["force"])
     host_mode.apply(nvml, records, check_mode=True)
     mode = host_mode.report(nvml, records, check_mode=True)
@@ -250,6 +323,8 @@ def plan_node(nvml, p):
         "geometry": {"gpus": geometry},
         "change": {"mode": change_mode, "geometry": change_geometry, "any": change_mode or change_geometry},
         "wants_mig": any(g["mig_mode"]["pending"] == "enabled" for g in mode["gpus"] if not g["skipped"]),
+        "evictions": None if holders is None else evictions.host_evictions(
+            work, mode, gpu_pods=gpu_holders(facts, holders)).as_dict(),
     }
 
 
@@ -263,11 +338,12 @@ def main():
     )
     argument_spec.update(CONFIG_SOURCE_ARG_SPEC)
     argument_spec.update(DRIVER_ARG_SPEC)
+    argument_spec.update(POD_RESOURCES_ARG_SPEC)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
                            mutually_exclusive=CONFIG_SOURCE_EXCLUSIVE)
     p = module.params
     declared = any(p[key] is not None for key in ("config", "config_file", "layouts"))
-    result = dict(changed=False, mode=None, geometry=None, change=None, wants_mig=None, planned=None, restore=None,
+    result = dict(changed=False, mode=None, geometry=None, change=None, wants_mig=None, planned=None, restore=None, evictions=None,
                   container_toolkit=None)
     if p["container_toolkit_command"]:
         try:
@@ -275,18 +351,25 @@ def main():
         except GpuopsError as e:
             fail_from(module, e)
         result["container_toolkit"] = container_toolkit(module, p["container_toolkit_command"])
+    # The kubelet's allocations before NVML (the planner keeps what pods hold); after the commands this
+    # module runs, since gRPC's threads are best not forked.
+    allocations = allocations_of(module)
+    holders = holders_by_device(allocations["allocations"]) if allocations["allocations"] is not None else None
     nvml = Nvml(driver_root=p["driver_root"])
     try:
         with nvml:
             result["facts"] = read_facts(nvml)
             if declared:
-                result.update(plan_node(nvml, p))
+                result.update(plan_node(nvml, p, result["facts"], holders))
     except (MissingLibrary, DriverNotFound) as e:
         if p["fail_on_missing_driver"]:
             fail_from(module, e)
-        module.exit_json(**dict(result, facts=facts_without_driver(missing_driver_message(e), nvml.simulate)))
+        module.exit_json(**dict(result, facts=facts_without_driver(missing_driver_message(e), nvml.simulate),
+                                **allocations))
     except GpuopsError as e:
         fail_from(module, e)
+    result.update(allocations)
+    name_holders(result["facts"], result["allocations"])
     if declared:
         result["planned"] = planned_gpus(result["facts"], result["geometry"]["gpus"])
         if p["restore"] is not None:

@@ -9,7 +9,7 @@
   computed from the matching pods, as the disruption controller does. A PDB
   with neither keeps whatever status a test wrote (scripted budgets).
 - Nodes linked to a simulated GPU state get device-plugin resources and labels
-  (see deviceplugin.py), a DRA kubelet plugin's ResourceSlice (dra.py) and a
+  (see deviceplugin.py), devices assigned to their pods (allocations.py, where the node asks for it), a DRA kubelet plugin's ResourceSlice (dra.py) and a
   mig-manager (migmanager.py).
 - While a ClusterPolicy exists, the GPU Operator labels GPU nodes and keeps its
   operand DaemonSets (operator.py).
@@ -24,7 +24,7 @@ import hashlib
 import json
 import math
 
-from . import deviceplugin, dra, migmanager, operator
+from . import allocations, deviceplugin, dra, migmanager, operator
 from .selectors import labels_match, pod_fits_node, selector_requirements
 
 # The DaemonSet controller adds these tolerations to its pods, so cordoned or
@@ -242,4 +242,4 @@ def _expected_from_owners(cluster, namespace, pods):
 
 
 ALL = (operator.reconcile, daemonsets, deployments, workloads, disruption_budgets, deviceplugin.reconcile,
-       dra.reconcile, migmanager.reconcile)
+       allocations.reconcile, dra.reconcile, migmanager.reconcile)

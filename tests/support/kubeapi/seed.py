@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import yaml
 
+from .allocations import POD_RESOURCES_ANNOTATION
 from .deviceplugin import NVML_STATE_ANNOTATION
 
 
@@ -18,8 +19,9 @@ namespace_manifest = namespace  # for helpers whose `namespace` parameter shadow
 
 
 def node(name: str, labels: dict | None = None, *, unschedulable: bool = False, taints: list | None = None,
-         allocatable: dict | None = None, nvml_state: str | None = None) -> dict:
-    """A Ready node. `nvml_state` links it to a simulated GPU state file (see deviceplugin.py)."""
+         allocatable: dict | None = None, nvml_state: str | None = None, pod_resources: str | None = None) -> dict:
+    """A Ready node. `nvml_state` links it to a simulated GPU state file (see deviceplugin.py);
+    `pod_resources` (a socket path) also has devices assigned to its pods and served there (allocations.py)."""
     resources = {"cpu": "16", "memory": "64Gi", "pods": "110", **(allocatable or {})}
     manifest = {
         "apiVersion": "v1", "kind": "Node",
@@ -44,6 +46,8 @@ def node(name: str, labels: dict | None = None, *, unschedulable: bool = False, 
         manifest["spec"]["taints"] = taints
     if nvml_state:
         manifest["metadata"]["annotations"] = {NVML_STATE_ANNOTATION: str(nvml_state)}
+    if pod_resources:
+        manifest["metadata"].setdefault("annotations", {})[POD_RESOURCES_ANNOTATION] = str(pod_resources)
     return manifest
 
 
