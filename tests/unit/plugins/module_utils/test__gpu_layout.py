@@ -461,7 +461,7 @@ def test_destroying_an_allocated_device_is_refused_naming_the_pods():
     with pytest.raises(LayoutError) as err:
         plan_gpu(A100, existing, {"7g.40gb": 1})
     text = str(err.value)
-    for part in ("allocated to pods", "GI 5", "3g.20gb @4:4", "MIG-5-0", "ml/train/main", "ml/train/side",
+    for part in ("allocated to pods", "GI 5", "3g.20gb @4:4", "MIG-5-0", "pod ml/train (container main)", "pod ml/train (container side)",
                  "evict_pods"):
         assert part in text
     assert "GI 6" not in text

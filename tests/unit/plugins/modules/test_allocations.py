@@ -98,8 +98,10 @@ def test_mig_node_info_returns_the_allocations_and_names_holders_beside_each_dev
     sock = str(tmp_path / "kubelet.sock")
     pods = holding(("ml/train-0/main", [second + "::0", second + "::1"]), ("ml/train-1/main", [second + "::2"]))
     with PodResourcesServer(sock, lambda: pods):
-        # The plan does not count pods as busy: the rollout moves them off first (mig_config counts them).
+        # The plan may destroy what pods hold: it names them in evictions, and the rollout evicts them first.
         info = run_module(mig_node_info, {"layouts": SEVEN, "pod_resources_socket": sock})
+        kept = run_module(mig_node_info, {"layouts": [{"gpus": "all", "devices": {"3g.20gb": 1, "1g.5gb": 3}}],
+                                          "pod_resources_socket": sock})
     assert "failed" not in info or info["failed"] is False, info.get("msg")
     assert info["allocations_source"] == "podresources" and info["allocations_error"] is None
     assert [(a["device_uuid"], a["pod"]) for a in info["allocations"]] == [
@@ -111,10 +113,18 @@ def test_mig_node_info_returns_the_allocations_and_names_holders_beside_each_dev
     assert pods_of == {first: [], second: ["ml/train-0/main", "ml/train-1/main"]}
     assert gpu["pods"] == []
     assert info["change"]["geometry"] is True
+    evicted = info["evictions"]
+    assert [p["pod"] for p in evicted["pods"]] == ["ml/train-0", "ml/train-1"] and not evicted["drain_node"]
+    assert {r["reason"] for p in evicted["pods"] for r in p["reasons"]} == {"device destroyed"}
+    assert evicted["pods"][0]["reasons"][0]["uuid"] == second
+    # A layout that can keep the pods' device keeps it (the idle one goes): nobody is evicted.
+    assert kept["change"]["geometry"] is True and kept["evictions"]["evicts_nothing"] is True
 
 
 def test_mig_node_info_without_the_socket_knows_no_holders(two_devices, run_module, tmp_path):
     info = run_module(mig_node_info, {"pod_resources_socket": str(tmp_path / "none.sock")})
+    planned = run_module(mig_node_info, {"layouts": SEVEN, "pod_resources_socket": str(tmp_path / "none.sock")})
+    assert planned["evictions"] is None and planned["change"]["geometry"] is True
     gpu = info["facts"]["gpus"][0]
     assert info["allocations"] is None and "none.sock" in info["allocations_error"]
     assert gpu["pods"] is None and all(ci["pods"] is None for gi in gpu["gpu_instances"]
