@@ -52,6 +52,9 @@ ARGUMENT_SPEC = dict(
     reboot_command=dict(type="str", default=""),
     restore=dict(type="dict"),
     driver_root=dict(type="str", default="auto"),
+    drain=dict(type="raw", default=True),
+    read_allocations=dict(type="bool", default=True),
+    pod_resources_socket=dict(type="str", default="/var/lib/kubelet/pod-resources/kubelet.sock"),
     preflight=dict(type="dict", options=dict(
         require_mig_capable=dict(type="bool", default=True),
         min_driver_versions=dict(type="list", elements="dict", default=[]),
@@ -74,7 +77,8 @@ ROLE_OPTIONS = (
     ("config_from_label", "mig_node_config_from_label"), ("allow_unmatched", "mig_node_allow_unmatched"),
     ("force", "mig_node_force"), ("strategy", "mig_node_mig_strategy"), ("operator_mode", "mig_node_operator_mode"),
     ("reboot_method", "mig_node_reboot_method"), ("reboot_command", "mig_node_reboot_command"),
-    ("driver_root", "mig_node_driver_root"),
+    ("driver_root", "mig_node_driver_root"), ("drain", "mig_node_drain"),
+    ("read_allocations", "mig_node_read_allocations"), ("pod_resources_socket", "mig_node_pod_resources_socket"),
 )
 # The boot-time restore (option restore), when mig_node_persist is true.
 RESTORE_OPTIONS = (
@@ -206,7 +210,8 @@ class ActionModule(ActionBase):
             decision = node_decision.decide(info, layout["node"], layout["operator"], {
                 "host": host, "kubernetes": args["kubernetes"], "strategy": args["strategy"],
                 "operator_mode": args["operator_mode"], "source": layout["source_kind"],
-                "config_label": layout["config_label"], "cordoned_annotation": args["cordoned_annotation"]})
+                "config_label": layout["config_label"], "cordoned_annotation": args["cordoned_annotation"],
+                "drain": args["drain"] if args["kubernetes"] else "none"})
         except (Refused, node_decision.DecisionError) as e:
             return dict(result, failed=True, msg=str(e))
         finally:
@@ -310,7 +315,9 @@ class ActionModule(ActionBase):
         checks = args["preflight"] or {}
         # force plans as mig_mode and mig_config will apply (busy devices destroyed rather than refused).
         read_args = dict(module_args, driver_root=args["driver_root"], fail_on_missing_driver=False,
-                         force=args["force"])
+                         force=args["force"], pod_resources_socket=args["pod_resources_socket"],
+                         # Outside Kubernetes no kubelet holds devices: nothing to ask.
+                         read_allocations=bool(args["read_allocations"] and args["kubernetes"]))
         if checks.get("container_toolkit_command"):
             read_args["container_toolkit_command"] = checks["container_toolkit_command"]
         info = self._execute_module("gpuops.mig.mig_node_info", module_args=read_args, task_vars=task_vars)

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_pods as node_pods
+from ansible_collections.gpuops.mig.plugins.plugin_utils._filter_errors import as_filter
 
 
 class FilterModule(object):
@@ -16,4 +17,7 @@ class FilterModule(object):
             "mig_plugin_pods": node_pods.plugin_pods,
             "mig_smoke_pods": node_pods.smoke_pods,
             "mig_smoke_failure": node_pods.smoke_failure,
+            "mig_drain_plan": as_filter(node_pods.drain_plan, ValueError),
+            "mig_drain_plan_text": node_pods.drain_plan_text,
+            "mig_kept_pods_problems": node_pods.kept_pods_problems,
         }

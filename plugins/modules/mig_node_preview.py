@@ -157,6 +157,22 @@ options:
     description: Where the NVIDIA driver is (V(auto), V(/) or a driver container's root).
     type: str
     default: auto
+  drain:
+    description:
+      - Which pods the change evicts, said in the decision (C(drain)) and the summary. V(devices) (V(true)) only the
+        pods holding MIG devices the plan destroys or sitting on GPUs whose mode changes, where the kubelet's
+        allocations could be read, else the whole node; V(node) every pod a whole-node drain takes; V(none) (V(false))
+        none. Outside Kubernetes, V(none).
+    type: raw
+    default: true
+  read_allocations:
+    description: Read which pod holds which MIG device from the kubelet (PodResources API) on a Kubernetes node.
+    type: bool
+    default: true
+  pod_resources_socket:
+    description: The kubelet's PodResources socket on the node.
+    type: str
+    default: /var/lib/kubelet/pod-resources/kubelet.sock
   preflight:
     description: The preflight checks; left out, only a missing driver or C(nvidia-ml-py) fails the node.
     type: dict

@@ -15,7 +15,7 @@ from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import (
     DEFAULT_OPERATOR_CONFIG,
     is_dra_kubelet_plugin,
 )
-from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_records
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_pods, _node_records
 
 LABEL_CONFIG = "nvidia.com/mig.config"
 LABEL_STATE = "nvidia.com/mig.config.state"
@@ -290,6 +290,13 @@ def decide(info, node, operator, settings):
         decision["converged_labels"] = dict((k, v) for k, v in wanted.items() if labels.get(k) != v)
     # A converged node with none of these is finished by its preview alone (site.yml skips its steady pass).
     decision["repair"] = repair_plan(node, host, path, validate=True)
+    # Which pods the change will evict (chosen again inside the cordoned window); no drain key: not said.
+    decision["drain"] = None
+    if path != "converged" and "drain" in settings:
+        try:
+            decision["drain"] = _node_pods.drain_preview(settings["drain"], info, path)
+        except ValueError as e:
+            raise DecisionError("%s: %s. Nothing was changed." % (host, e))
     decision["steady_work"] = [name for name, due in (
         ("repair", bool(decision["repair"]) and path == "converged"),
         ("switch off mig-manager", decision["switch_off_mig_manager"]),
@@ -349,10 +356,11 @@ def _summary(host, label, decision):
     parts = (["MIG mode change"] if decision["mode_change"] else []) + \
             (["geometry change"] if decision["geometry_change"] else [])
     how = " (applied by the GPU Operator's mig-manager)" if decision["path"] == "mig-manager" else ""
+    drain = "; %s" % decision["drain"]["text"] if decision.get("drain") else ""
     run = decision.get("mig_manager_run") or {}
     if decision["path"] == "mig-manager" and run.get("in_flight"):
         how += ", once its run in flight (nvidia.com/mig.config.state=%s) has ended" % run["state"]
-    return "%s: layout '%s' is not in place: %s needed%s%s." % (host, label, " and ".join(parts), how, first)
+    return "%s: layout '%s' is not in place: %s needed%s%s%s." % (host, label, " and ".join(parts), how, drain, first)
 
 
 # -- what the node must advertise afterwards ---------------------------------------

@@ -109,10 +109,10 @@ def _finished(pod):
     return ((pod or {}).get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
-def drain_plan(setting, pods, info, gpu_pods_only, evict_label):
+def drain_plan(pods, setting, info, gpu_pods_only, evict_label):
     """Which of the node's pods this change evicts, and why, as decided inside the cordoned window.
 
-    setting: mig_node_drain. pods: the node's pods. info: gpuops.mig.mig_node_info's result, read after the
+    pods: the node's pods. setting: mig_node_drain. info: gpuops.mig.mig_node_info's result, read after the
     cordon (allocations_source, allocations_error, evictions: which pods hold devices the plan destroys or
     sit on GPUs whose mode changes, or drain_node for a reboot).
 
@@ -167,13 +167,61 @@ def kept_pods_problems(before, after, evicted, pods):
             out.setdefault("%s/%s" % (a.get("namespace"), a.get("pod")), set()).add(a.get("device_uuid"))
         return out
 
-    was, now = holdings(before), holdings(after)
+    was = holdings(before)
+    kept = sorted(set(was) - set(evicted or ()))
+    if after is None:
+        return ["which pod holds which MIG device could not be read after the change, so %s cannot be checked"
+                % ", ".join(kept)] if kept else []
+    now = holdings(after)
     phases = dict((_pod_key(p), ((p.get("status") or {}).get("phase") or "Pending")) for p in pods or ())
     problems = []
-    for key in sorted(set(was) - set(evicted or ())):
+    for key in kept:
         if phases.get(key) != "Running":
             problems.append("%s, kept on its devices, is %s" % (key, phases.get(key, "gone")))
         elif now.get(key) != was[key]:
             problems.append("%s held %s and now holds %s" % (key, ", ".join(sorted(was[key])),
                                                              ", ".join(sorted(now.get(key) or ())) or "nothing"))
     return problems
+
+
+def drain_preview(setting, info, path="reconfigure"):
+    """What the preview says about the drain, before the node is cordoned (the pods are chosen again inside
+    the window): the mode, why a whole-node drain where `devices` was asked, and the pods the plan evicts.
+    path: the decision's path; mig-manager rebuilds every MIG device of a GPU it changes, so it drains the node."""
+    mode = drain_mode(setting)
+    info = info or {}
+    why = ""
+    if mode == "devices":
+        if path == "mig-manager":
+            why = "the GPU Operator's mig-manager recreates every MIG device of a GPU it changes"
+        elif not info.get("allocations_source"):
+            why = "which pod holds which MIG device is unknown (%s)" % (info.get("allocations_error") or "not read")
+        elif (info.get("evictions") or {}).get("drain_node"):
+            why = "the change reboots the node"
+        if why:
+            mode = "node"
+    pods = [{"pod": e["pod"], "reasons": sorted({r.get("reason") for r in e.get("reasons") or []})}
+            for e in (info.get("evictions") or {}).get("pods") or []] if mode == "devices" else []
+    if mode == "none":
+        text = "no drain (mig_node_drain is none)"
+    elif mode == "node":
+        text = "the whole node is drained" + (" (%s)" % why if why else "")
+    elif pods:
+        text = "evicts %d pod(s): %s" % (len(pods), ", ".join("%s (%s)" % (p["pod"], ", ".join(p["reasons"]))
+                                                              for p in pods))
+    else:
+        text = "evicts no pod (only MIG devices no pod holds change)"
+    return {"mode": mode, "why": why, "pods": pods, "text": text}
+
+
+def drain_plan_text(plan, host):
+    """One line for the log: which pods leave the node and why (drain_plan's result)."""
+    plan = plan or {}
+    pods = plan.get("pods") or []
+    named = ", ".join("%s (%s)" % (p["pod"], ", ".join(sorted({r.get("reason") for r in p.get("reasons") or []})))
+                      for p in pods)
+    if plan.get("mode") == "devices":
+        return "%s: %s" % (host, "evicting %s; every other pod runs on with its devices" % named if pods
+                           else "no pod holds a MIG device that goes: nothing is evicted")
+    why = " (%s)" % plan["why"] if plan.get("why") else ""
+    return "%s: whole-node drain%s: %s" % (host, why, "evicting " + named if pods else "no pod to evict")

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import datetime
 
-COLUMNS = ("node", "outcome", "path", "mode changes", "destroyed", "created", "reboots", "seconds")
+COLUMNS = ("node", "outcome", "path", "mode changes", "destroyed", "created", "evicted", "reboots", "seconds")
+KEYS = ("node", "outcome", "path", "mode_changes", "destroyed", "created", "evicted", "reboots", "seconds")
 
 
-def node_report(decision, mode=None, geometry=None, rebooted=False, started=None, outcome=None):
-    """One node's row: outcome converged/changed/failed, GPUs whose mode changed, devices destroyed and created."""
+def node_report(decision, mode=None, geometry=None, rebooted=False, started=None, outcome=None, evicted=None):
+    """One node's row: outcome converged/changed/failed/repaired, GPUs whose mode changed, devices destroyed and
+    created, pods evicted (evicted: the drain's pods, each {"pod", "reasons"}; None: no drain ran)."""
     plans = [g.get("plan") or {} for g in (geometry or {}).get("gpus") or []]
     changed_modes = [g for g in (mode or {}).get("gpus") or [] if g.get("changed")]
     return {
@@ -21,6 +23,9 @@ def node_report(decision, mode=None, geometry=None, rebooted=False, started=None
         "mode_changes": len(changed_modes),
         "destroyed": sum(p.get("destroyed_devices", 0) for p in plans),
         "created": sum(p.get("created_devices", 0) for p in plans),
+        "evicted": None if evicted is None else len(evicted),
+        "evicted_pods": [{"pod": e.get("pod"), "reasons": sorted({r.get("reason") for r in e.get("reasons") or []})}
+                         for e in evicted or ()],
         "reboots": 1 if rebooted else 0,
         "seconds": _seconds_since(started),
     }
@@ -107,7 +112,8 @@ def fleet_summary(reports, hosts, decisions=None, skipped=None):
         if report is None and (decision or {}).get("path") == "converged":
             report = node_report(decision)
         missing = {"outcome": "skipped" if reason else "not done", "path": (decision or {}).get("path"),
-                   "mode_changes": None, "destroyed": None, "created": None, "reboots": None, "seconds": None}
+                   "mode_changes": None, "destroyed": None, "created": None, "evicted": None, "reboots": None,
+                   "seconds": None}
         row = dict(node=host, **(report or missing))
         if reason and not report:
             row["reason"] = reason
@@ -116,6 +122,9 @@ def fleet_summary(reports, hosts, decisions=None, skipped=None):
     for row in rows:
         totals[row["outcome"]] = totals.get(row["outcome"], 0) + 1
     reasons = ["%s skipped: %s" % (row["node"], row["reason"]) for row in rows if row.get("reason")]
+    reasons += ["%s evicted %s" % (row["node"], ", ".join("%s (%s)" % (e["pod"], ", ".join(e["reasons"]))
+                                                          for e in row["evicted_pods"]))
+                for row in rows if row.get("evicted_pods")]
     converged = [row["node"] for row in rows if row["outcome"] == "converged"]
     if len(converged) > LIST_CONVERGED:   # the table lists what happened; the converged nodes in one line
         shown = table([row for row in rows if row["outcome"] != "converged"])
@@ -127,7 +136,6 @@ def fleet_summary(reports, hosts, decisions=None, skipped=None):
 
 def table(rows):
     """A fixed-width text table of the rows."""
-    keys = ("node", "outcome", "path", "mode_changes", "destroyed", "created", "reboots", "seconds")
-    cells = [list(COLUMNS)] + [["-" if r.get(k) is None else str(r.get(k)) for k in keys] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(keys))]
+    cells = [list(COLUMNS)] + [["-" if r.get(k) is None else str(r.get(k)) for k in KEYS] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(KEYS))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in cells]

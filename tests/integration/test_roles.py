@@ -57,13 +57,15 @@ class Fleet(object):
     def state_path(self, name):
         return str(self.dir / ("%s.json" % name))
 
-    def add(self, name, gpus, node_labels=None, kubernetes=True, driver=sim.DEFAULT_DRIVER_VERSION, **hostvars):
-        """A simulated host; with kubernetes, also its node (linked to the GPUs for the plugin/GFD)."""
+    def add(self, name, gpus, node_labels=None, kubernetes=True, driver=sim.DEFAULT_DRIVER_VERSION, pod_resources=None,
+            **hostvars):
+        """A simulated host; with kubernetes, also its node (linked to the GPUs for the plugin/GFD; with
+        pod_resources, a socket path, the emulator gives its pods devices and serves them there)."""
         sim.create_state(self.state_path(name), gpus, seed=name, driver_version=driver)
         if kubernetes:
             labels = {"nvidia.com/gpu.present": "true"}
             labels.update(node_labels or {})
-            self.kube_api.seed(seed.node(name, labels, nvml_state=self.state_path(name)))
+            self.kube_api.seed(seed.node(name, labels, nvml_state=self.state_path(name), pod_resources=pod_resources))
         else:
             hostvars.setdefault("mig_node_kubernetes", False)
             hostvars.setdefault("mig_preflight_kubernetes", False)

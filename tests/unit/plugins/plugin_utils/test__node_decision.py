@@ -205,6 +205,17 @@ def test_an_owed_record_gpuops_did_not_write_stops_the_node():
         d.decide(info(), node(annotations={"gpuops.mig/owed": "{oops"}), None, settings())
 
 
+def test_the_summary_says_which_pods_the_change_evicts():
+    evicting = dict(info(geometry=True), allocations_source="podresources",
+                    evictions={"pods": [{"pod": "ml/a", "reasons": [{"reason": "device destroyed"}]}], "drain_node": False})
+    out = d.decide(evicting, node(), None, settings(drain=True))
+    assert out["drain"]["mode"] == "devices" and out["drain"]["pods"] == [{"pod": "ml/a", "reasons": ["device destroyed"]}]
+    assert out["summary"].endswith("geometry change needed; evicts 1 pod(s): ml/a (device destroyed).")
+    assert d.decide(info(), node(), None, settings(drain=True))["drain"] is None     # converged: no drain
+    with pytest.raises(d.DecisionError, match="gpu-1: mig_node_drain must be devices, node or none"):
+        d.decide(evicting, node(), None, settings(drain="sometimes"))
+
+
 def test_driving_mig_manager():
     operator = d.operator_view([policy("mixed")], node({d.LABEL_MIG_MANAGER: "true"}))
     out = d.decide(info(geometry=True), node({d.LABEL_MIG_MANAGER: "true"}), operator, settings(source="configmap"))

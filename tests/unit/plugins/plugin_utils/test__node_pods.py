@@ -95,25 +95,25 @@ def test_an_unknown_drain_mode_is_refused():
 
 
 def test_devices_evicts_the_pods_whose_devices_go_and_gpu_pods_the_map_lacks():
-    out = pods.drain_plan("devices", WINDOW_PODS, INFO, False, "gpuops.mig/evict")
+    out = pods.drain_plan(WINDOW_PODS, "devices", INFO, False, "gpuops.mig/evict")
     assert out["mode"] == "devices" and out["why"] == ""
     assert names(out["evict"]) == ["b", "fresh"]
     assert out["pods"][0] == {"pod": "ml/b", "reasons": INFO["evictions"]["pods"][0]["reasons"]}
     assert out["pods"][1]["reasons"][0]["reason"] == "device unknown"
     idle = dict(INFO, evictions={"pods": [], "drain_node": False})
-    assert names(pods.drain_plan(True, WINDOW_PODS[:3], idle, False, "x")["evict"]) == []
+    assert names(pods.drain_plan(WINDOW_PODS[:3], True, idle, False, "x")["evict"]) == []
 
 
 def test_devices_falls_back_to_the_whole_node_drain_and_says_why():
     unknown = dict(INFO, allocations_source=None, allocations_error="no socket at /var/lib/kubelet/pod-resources/kubelet.sock")
-    out = pods.drain_plan("devices", WINDOW_PODS, unknown, True, "x")
+    out = pods.drain_plan(WINDOW_PODS, "devices", unknown, True, "x")
     assert out["mode"] == "node" and "no socket at" in out["why"]
     assert names(out["evict"]) == ["a", "b", "c", "fresh", "done"]
     reboot = dict(INFO, evictions={"pods": [], "drain_node": True})
-    out = pods.drain_plan("devices", WINDOW_PODS, reboot, False, "x")
+    out = pods.drain_plan(WINDOW_PODS, "devices", reboot, False, "x")
     assert out["why"] == "the change reboots the node" and "web" in names(out["evict"])
-    assert pods.drain_plan("node", WINDOW_PODS, INFO, True, "x")["why"] == ""
-    assert pods.drain_plan(False, WINDOW_PODS, INFO, True, "x") == {"mode": "none", "why": "", "evict": [], "pods": []}
+    assert pods.drain_plan(WINDOW_PODS, "node", INFO, True, "x")["why"] == ""
+    assert pods.drain_plan(WINDOW_PODS, False, INFO, True, "x") == {"mode": "none", "why": "", "evict": [], "pods": []}
 
 
 def test_kept_pods_must_run_on_with_their_devices():
@@ -124,3 +124,30 @@ def test_kept_pods_must_run_on_with_their_devices():
     assert pods.kept_pods_problems(before, before, [], [gpu_pod("a"), gpu_pod("b", "Failed")]) == [
         "ml/b, kept on its devices, is Failed", "ml/c, kept on its devices, is gone"]
     assert pods.kept_pods_problems(before, before[:1], ["ml/b", "ml/c"], now) == []
+    assert pods.kept_pods_problems(before, None, ["ml/b"], now) == [
+        "which pod holds which MIG device could not be read after the change, so ml/a, ml/c cannot be checked"]
+    assert pods.kept_pods_problems(before, None, ["ml/a", "ml/b", "ml/c"], now) == []
+
+
+def test_the_drain_plan_in_words():
+    plan = pods.drain_plan(WINDOW_PODS, "devices", INFO, False, "x")
+    assert pods.drain_plan_text(plan, "n1") == ("n1: evicting ml/b (device destroyed), ml/fresh (device unknown); "
+                                                "every other pod runs on with its devices")
+    assert pods.drain_plan_text({"mode": "devices", "pods": []}, "n1") == (
+        "n1: no pod holds a MIG device that goes: nothing is evicted")
+    assert pods.drain_plan_text({"mode": "node", "why": "the change reboots the node", "pods": []}, "n1") == (
+        "n1: whole-node drain (the change reboots the node): no pod to evict")
+
+
+def test_the_preview_says_which_pods_go_or_why_the_whole_node_drains():
+    out = pods.drain_preview(True, INFO)
+    assert out["mode"] == "devices" and out["text"] == "evicts 1 pod(s): ml/b (device destroyed)"
+    idle = pods.drain_preview("devices", dict(INFO, evictions={"pods": [], "drain_node": False}))
+    assert idle["text"] == "evicts no pod (only MIG devices no pod holds change)"
+    assert pods.drain_preview("devices", INFO, "mig-manager")["text"] == (
+        "the whole node is drained (the GPU Operator's mig-manager recreates every MIG device of a GPU it changes)")
+    unknown = pods.drain_preview("devices", {"allocations_error": "grpcio is not installed"})
+    assert unknown["mode"] == "node" and "grpcio is not installed" in unknown["text"]
+    assert pods.drain_preview("node", INFO)["text"] == "the whole node is drained"
+    assert pods.drain_preview("none", INFO) == {"mode": "none", "why": "", "pods": [],
+                                                "text": "no drain (mig_node_drain is none)"}

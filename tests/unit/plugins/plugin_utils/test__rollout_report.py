@@ -13,9 +13,20 @@ def test_node_report_counts_devices_modes_and_reboots():
     geometry = {"gpus": [{"plan": {"destroyed_devices": 2, "created_devices": 7}}, {"plan": None}]}
     row = r.node_report(RECONFIGURE, mode, geometry, rebooted=True)
     assert row == {"outcome": "changed", "path": "reconfigure", "mode_changes": 1, "destroyed": 2, "created": 7,
-                   "reboots": 1, "seconds": None}
+                   "evicted": None, "evicted_pods": [], "reboots": 1, "seconds": None}
     assert r.node_report(CONVERGED)["outcome"] == "converged"
     assert r.node_report(RECONFIGURE, outcome="failed")["outcome"] == "failed"
+
+
+def test_evicted_pods_are_counted_and_named_under_the_table():
+    evicted = [{"pod": "ml/a", "reasons": [{"reason": "device destroyed", "gpu": 0}, {"reason": "device destroyed"}]},
+               {"pod": "ml/b", "reasons": [{"reason": "GPU mode change"}]}]
+    row = r.node_report(RECONFIGURE, evicted=evicted)
+    assert row["evicted"] == 2 and row["evicted_pods"][0] == {"pod": "ml/a", "reasons": ["device destroyed"]}
+    assert r.node_report(RECONFIGURE, evicted=[])["evicted"] == 0
+    out = r.fleet_summary({"gpu-1": row, "gpu-2": r.node_report(RECONFIGURE, evicted=[])}, ["gpu-1", "gpu-2"])
+    assert out["table"][1].split()[6] == "2" and out["table"][2].split()[6] == "0"
+    assert out["table"][-1] == "gpu-1 evicted ml/a (device destroyed), ml/b (GPU mode change)"
 
 
 def test_seconds_since_a_start():
@@ -31,8 +42,8 @@ def test_summary_converged_by_preview_alone_and_nodes_not_reached():
         ("gpu-1", "failed", "reconfigure"), ("gpu-2", "converged", "converged"),
         ("gpu-3", "not done", "reconfigure"), ("gpu-4", "not done", None)]
     assert out["totals"] == {"failed": 1, "converged": 1, "not done": 2}
-    assert out["table"][0].split() == ["node", "outcome", "path", "mode", "changes", "destroyed", "created", "reboots",
-                                       "seconds"]
+    assert out["table"][0].split() == ["node", "outcome", "path", "mode", "changes", "destroyed", "created", "evicted",
+                                       "reboots", "seconds"]
     assert out["table"][3].split()[:4] == ["gpu-3", "not", "done", "reconfigure"]
     assert r.fleet_summary({}, [])["table"] == [r.table([])[0]]
 

@@ -1,0 +1,88 @@
+"""Live reconfiguration (mig_node_drain=devices): a node whose pods hold three MIG devices changes to a layout
+that keeps two of them. Exactly the pod on the device that goes is evicted; the other two run on with the same
+pod UID and device UUID through the device-plugin restart and validation; the node advertises the new layout;
+a re-run changes nothing. The emulator gives the pods devices and serves them over the kubelet's PodResources
+gRPC API (tests/support/kubeapi/allocations.py, tests/support/podresources_server.py)."""
+
+import pytest
+
+from tests.support.kubeapi import allocations, seed
+from tests.support.podresources_server import PodResourcesServer, node_source
+
+from test_roles import Fleet, STATE, recap  # noqa: F401  (recap: the re-run's counts)
+
+pytestmark = pytest.mark.playbook
+
+NODE = "node-a"
+MIG_2G = "nvidia.com/mig-2g.20gb"
+THREE = [{"gpus": "all", "devices": {"2g.20gb": 3}}]
+# 3g.40gb takes memory slices 4-7 of an H100-80GB: the 2g.20gb device at 4 goes, those at 0 and 2 stay.
+KEEP_TWO = [{"gpus": "all", "devices": {"2g.20gb": 2, "3g.40gb": 1}}]
+FAST = {"mig_node_validate_delay": "1", "mig_node_drain_retry_delay": "1"}
+
+
+def pods_by_name(kube_api):
+    return dict((p["metadata"]["name"], p) for p in kube_api.list("Pod", "ml"))
+
+
+@pytest.fixture
+def busy_node(kube_api, kube_env, tmp_path):
+    """node-a (H100) at three 2g.20gb devices (the first rollout deploys the device plugin), then three
+    ReplicaSet pods holding one device each. Yields (fleet, socket) with the PodResources server running."""
+    sock = str(tmp_path / "kubelet.sock")
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet.add(NODE, "1xH100-SXM5-80GB", pod_resources=sock, mig_node_layouts=THREE,
+              mig_node_pod_resources_socket=sock)
+    with PodResourcesServer(sock, node_source(kube_api, NODE)):
+        first = fleet.run("playbooks/site.yml", FAST)
+        assert first.returncode == 0, first.stdout[-4000:]
+        kube_api.seed(seed.replicaset("train-rs", 3, namespace="ml", labels={"app": "train"}),
+                      *[seed.pod("train-%d" % i, node=NODE, namespace="ml", labels={"app": "train"},
+                                 owner=("ReplicaSet", "train-rs"), limits={MIG_2G: 1}) for i in range(3)])
+        allocations.sync(kube_api)
+        yield fleet, sock
+
+
+def test_only_the_pod_whose_device_goes_is_evicted(busy_node, kube_api):
+    fleet, _sock = busy_node
+    before = pods_by_name(kube_api)
+    held = allocations.assigned(kube_api, NODE)
+    assert len(held) == 3 and all(p["status"]["phase"] == "Running" for p in before.values())
+
+    fleet.hosts[NODE]["mig_node_layouts"] = KEEP_TWO
+    proc = fleet.run("playbooks/site.yml", FAST)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+
+    after = pods_by_name(kube_api)
+    gone = sorted(set(before) - set(after))
+    assert len(gone) == 1, (gone, proc.stdout[-4000:])
+    assert "%s: evicting ml/%s (device destroyed); every other pod runs on with its devices" % (NODE, gone[0]) \
+        in proc.stdout
+    now = allocations.assigned(kube_api, NODE)
+    for name in sorted(set(before) & set(after)):
+        assert after[name]["metadata"]["uid"] == before[name]["metadata"]["uid"]
+        assert after[name]["status"]["phase"] == "Running"
+        assert now[("ml", name)] == held[("ml", name)]
+    node = kube_api.get("Node", NODE)
+    assert node["metadata"]["labels"][STATE] == "success" and not node["spec"].get("unschedulable")
+    allocatable = node["status"]["allocatable"]
+    assert allocatable[MIG_2G] == "2" and allocatable["nvidia.com/mig-3g.40gb"] == "1"
+    assert "evicts 1 pod(s): ml/%s (device destroyed)" % gone[0] in proc.stdout
+    assert "%s evicted ml/%s (device destroyed)" % (NODE, gone[0]) in proc.stdout
+
+    again = fleet.run("playbooks/site.yml", FAST)
+    assert again.returncode == 0 and again.recap[NODE]["changed"] == 0, again.stdout[-4000:]
+    assert set(pods_by_name(kube_api)) == set(after)
+
+
+def test_a_change_that_destroys_only_idle_devices_evicts_nothing(busy_node, kube_api):
+    fleet, _sock = busy_node
+    kube_api.delete("Pod", "train-2", "ml")     # its device is now idle
+    allocations.sync(kube_api)
+    idle = [name for name, p in pods_by_name(kube_api).items()]
+    fleet.hosts[NODE]["mig_node_layouts"] = KEEP_TWO
+    proc = fleet.run("playbooks/site.yml", FAST)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    # The planner keeps the two held devices: the idle one makes room for the 3g.40gb.
+    assert "%s: no pod holds a MIG device that goes: nothing is evicted" % NODE in proc.stdout
+    assert sorted(pods_by_name(kube_api)) == sorted(idle)
