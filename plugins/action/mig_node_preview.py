@@ -55,6 +55,7 @@ ARGUMENT_SPEC = dict(
     drain=dict(type="raw", default=True),
     read_allocations=dict(type="bool", default=True),
     pod_resources_socket=dict(type="str", default="/var/lib/kubelet/pod-resources/kubelet.sock"),
+    owed_file=dict(type="str", default="/var/lib/gpuops-mig/owed.json"),
     preflight=dict(type="dict", options=dict(
         require_mig_capable=dict(type="bool", default=True),
         min_driver_versions=dict(type="list", elements="dict", default=[]),
@@ -79,6 +80,7 @@ ROLE_OPTIONS = (
     ("reboot_method", "mig_node_reboot_method"), ("reboot_command", "mig_node_reboot_command"),
     ("driver_root", "mig_node_driver_root"), ("drain", "mig_node_drain"),
     ("read_allocations", "mig_node_read_allocations"), ("pod_resources_socket", "mig_node_pod_resources_socket"),
+    ("owed_file", "mig_node_owed_file"),
 )
 # The boot-time restore (option restore), when mig_node_persist is true.
 RESTORE_OPTIONS = (
@@ -318,6 +320,8 @@ class ActionModule(ActionBase):
                          force=args["force"], pod_resources_socket=args["pod_resources_socket"],
                          # Outside Kubernetes no kubelet holds devices: nothing to ask.
                          read_allocations=bool(args["read_allocations"] and args["kubernetes"]))
+        if not args["kubernetes"]:      # a Kubernetes node keeps its owed record on the Node
+            read_args["owed_file"] = args["owed_file"]
         if checks.get("container_toolkit_command"):
             read_args["container_toolkit_command"] = checks["container_toolkit_command"]
         info = self._execute_module("gpuops.mig.mig_node_info", module_args=read_args, task_vars=task_vars)

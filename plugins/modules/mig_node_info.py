@@ -48,6 +48,12 @@ options:
       - Where O(config) or O(layouts) came from (for example C(ConfigMap gpu-operator/default-mig-parted-config)),
         named in every message about them.
     type: str
+  owed_file:
+    description:
+      - On a host outside Kubernetes, the file in which a rollout records what it must put back (the host
+        services it stopped); its text is returned in RV(owed) for the M(gpuops.mig.mig_node) role's repair.
+    type: path
+    version_added: 0.2.0
   container_toolkit_command:
     description:
       - A command (run without a shell) that prints the NVIDIA Container Toolkit's version, for example
@@ -144,6 +150,11 @@ geometry:
 change:
   description:
     - C(mode), C(geometry) and C(any) (either), each true when that part must change. Null without a layout.
+  returned: always
+  type: dict
+owed:
+  description:
+    - With O(owed_file), C(path) and C(text) (at most 64 KiB) of that file; null when there is none.
   returned: always
   type: dict
 evictions:
@@ -289,6 +300,23 @@ def container_toolkit(module, command):
     return {"command": command, "rc": rc, "version": found.group(0) if found and rc == 0 else None, "error": error}
 
 
+OWED_LIMIT = 65536
+
+
+def read_owed_file(path):
+    """The text of the host's owed record (None when there is none), bounded: it is the role's, not free text."""
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(OWED_LIMIT + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return {"path": path, "text": "unreadable: %s" % e}
+    return {"path": path, "text": data[:OWED_LIMIT].decode("utf-8", "replace")}
+
+
 def gpu_holders(facts, holders):
     """{GPU index: every pod holding the GPU or one of its MIG devices} (the pods a mode change or reset
     evicts); None when the kubelet was not read."""
@@ -335,6 +363,7 @@ def main():
         restore=dict(type="dict"),
         fail_on_missing_driver=dict(type="bool", default=True),
         container_toolkit_command=dict(type="str"),
+        owed_file=dict(type="path"),
     )
     argument_spec.update(CONFIG_SOURCE_ARG_SPEC)
     argument_spec.update(DRIVER_ARG_SPEC)
@@ -344,6 +373,7 @@ def main():
     p = module.params
     declared = any(p[key] is not None for key in ("config", "config_file", "layouts"))
     result = dict(changed=False, mode=None, geometry=None, change=None, wants_mig=None, planned=None, restore=None, evictions=None,
+                  owed=read_owed_file(p["owed_file"]),
                   container_toolkit=None)
     if p["container_toolkit_command"]:
         try:

@@ -173,6 +173,12 @@ options:
     description: The kubelet's PodResources socket on the node.
     type: str
     default: /var/lib/kubelet/pod-resources/kubelet.sock
+  owed_file:
+    description:
+      - On a host outside Kubernetes, the file in which a rollout records what it must put back; a record left
+        by a run that did not finish is repaired first (the decision's C(repair)).
+    type: str
+    default: /var/lib/gpuops-mig/owed.json
   preflight:
     description: The preflight checks; left out, only a missing driver or C(nvidia-ml-py) fails the node.
     type: dict

@@ -254,7 +254,7 @@ def decide(info, node, operator, settings):
     host = settings["host"]
     operator = operator or {"present": False}
     if info.get("change") is None:
-        return left_alone(node, operator, settings)
+        return left_alone(node, operator, dict(settings, info=info))
     refuse_dynamic_mig(operator, host)
     settings = dict(settings, strategy=effective_strategy(settings.get("strategy"), operator, host),
                     mode=operator_mode(settings.get("operator_mode"), operator, settings.get("source"), host))
@@ -289,7 +289,7 @@ def decide(info, node, operator, settings):
             wanted[LABEL_STATE] = "success"
         decision["converged_labels"] = dict((k, v) for k, v in wanted.items() if labels.get(k) != v)
     # A converged node with none of these is finished by its preview alone (site.yml skips its steady pass).
-    decision["repair"] = repair_plan(node, host, path, validate=True)
+    decision["repair"] = repair_plan(node, host, path, validate=True, info=info)
     # Which pods the change will evict (chosen again inside the cordoned window); no drain key: not said.
     decision["drain"] = None
     if path != "converged" and "drain" in settings:
@@ -312,7 +312,7 @@ def left_alone(node, operator, settings):
     it is): converged, no labels, no boot-time restore; only a cordon an earlier failed run left is lifted."""
     host = settings["host"]
     cordoned = settings.get("cordoned_annotation", "") in _annotations(node)
-    repair = repair_plan(node, host, "converged", validate=False)
+    repair = repair_plan(node, host, "converged", validate=False, info=settings.get("info"))
     return {
         "path": "converged", "mode_change": False, "geometry_change": False, "wants_mig": False,
         "operator_mode": "none", "strategy": effective_strategy(settings.get("strategy"), operator, host),
@@ -325,17 +325,19 @@ def left_alone(node, operator, settings):
     }
 
 
-def repair_plan(node, host, path, validate):
+def repair_plan(node, host, path, validate, info=None):
     """What the node's owed record (gpuops.mig/owed, left by a run that did not finish) asks this run to put
     right first, once it holds the node's lease (roles/mig_node/tasks/repair.yml); {} when nothing is owed.
 
     A node about to change keeps the device-plugin restart owed (its own change restarts the plugin); a
     converged node gets it now, validated when `validate` (the node has a declared layout to check)."""
     try:
-        record = _node_records.read_owed(node)
+        # Outside Kubernetes (no Node) the record is a file on the host, read by mig_node_info.
+        owed_file = (info or {}).get("owed") or {}
+        record = _node_records.read_owed(node, owed_file.get("text"), owed_file.get("path"))
     except _node_records.OwedRecordError as exc:
         raise DecisionError("%s: %s. Nothing was changed. Check the node's host GPU services and its "
-                            "nvidia.com/gpu.deploy.* labels by hand, then remove the annotation." % (host, exc))
+                            "nvidia.com/gpu.deploy.* labels by hand, then remove the record." % (host, exc))
     if not record:
         return {}
     restart = record["device_plugin"] and path == "converged"

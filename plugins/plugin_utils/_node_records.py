@@ -168,11 +168,13 @@ def settled(record, *parts):
     return dict(record, **left)
 
 
-def read_owed(node):
-    """The owed record on a Node (None when there is none). A record this collection could not have
-    written raises OwedRecordError: guessing what to restart or relabel is worse than asking."""
+def read_owed(node, host_record=None, where=None):
+    """The owed record on a Node, or outside Kubernetes the text of the host's record file (host_record,
+    read by gpuops.mig.mig_node_info; where: its path, for messages). None when there is none. A record this
+    collection could not have written raises OwedRecordError: guessing what to restart or relabel is worse
+    than asking."""
     annotations = (((node or {}).get("metadata") or {}).get("annotations")) or {}
-    text = annotations.get(OWED_ANNOTATION)
+    text = annotations.get(OWED_ANNOTATION) if node else host_record
     if text is None:
         return None
     try:
@@ -185,8 +187,9 @@ def read_owed(node):
           and all(isinstance(k, str) and isinstance(v, str) for k, v in record.get("operands", {}).items())
           and isinstance(record.get("device_plugin", False), bool))
     if not ok:
-        raise OwedRecordError("the annotation %s is not a record gpuops.mig wrote: %s"
-                              % (OWED_ANNOTATION, json.dumps(text)[:120]))
+        raise OwedRecordError("the %s is not a record gpuops.mig wrote: %s"
+                              % ("annotation " + OWED_ANNOTATION if node else "file " + (where or "?"),
+                                 json.dumps(text)[:120]))
     return settled(record)   # normalised: every part present, {} when nothing is owed
 
 

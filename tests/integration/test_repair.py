@@ -1,0 +1,78 @@
+"""Repair first (docs/rollout.md, "What happens when a run is interrupted"): a converged node on which a run
+that did not finish left its record of what it owed is put right by the next run, and reported `repaired`.
+On a Kubernetes node the record is the Node annotation gpuops.mig/owed; on a host outside Kubernetes, the file
+mig_node_owed_file. The crash sweep (tests/crash, test_crash_sweep.py) makes such records by killing runs;
+here they are written as such a run leaves them, so the repair is checked without the kill."""
+
+import json
+import os
+
+import pytest
+
+import gpuops_mig_sim as sim
+
+from test_roles import DCGM_EXPORTER, STATE, Fleet
+
+pytestmark = pytest.mark.playbook
+
+LAYOUT = [{"gpus": "all", "devices": {"2g.12gb": 2}}]
+FAST = {"mig_node_validate_delay": "1", "mig_node_drain_retry_delay": "1"}
+PAUSED = "paused-for-mig-change"
+
+
+def record(**parts):
+    return json.dumps(dict({"run": "20261125T080000Z-dead", "job": "", "time": "2026-11-25T08:00:00Z",
+                            "services": [], "operands": {}, "device_plugin": False}, **parts), sort_keys=True)
+
+
+def test_a_converged_node_left_owing_is_repaired_first(kube_api, kube_env, tmp_path):
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    node = fleet.add("node-a", "1xA30-24GB", node_labels={DCGM_EXPORTER: "true"}, mig_node_layouts=LAYOUT)
+    box = fleet.add("box-b", "1xA30-24GB", kubernetes=False, mig_node_layouts=LAYOUT)
+    for state in (node, box):
+        sim.set_host(state, add_clients=["nvidia-dcgm"])
+    first = fleet.run("playbooks/site.yml", FAST)
+    assert first.returncode == 0, first.stdout[-4000:]
+
+    # What a run killed after pausing the clients and changing the GPUs leaves behind.
+    for state in (node, box):
+        sim.set_host(state, remove_clients=["nvidia-dcgm"])
+    kube_api.patch("Node", "node-a", {"metadata": {
+        "labels": {DCGM_EXPORTER: PAUSED},
+        "annotations": {"gpuops.mig/owed": record(services=["nvidia-dcgm.service"], operands={DCGM_EXPORTER: "true"},
+                                                  device_plugin=True)}}})
+    owed_file = os.path.join(str(fleet.dir), "box-b", "var", "lib", "gpuops-mig", "owed.json")
+    os.makedirs(os.path.dirname(owed_file), exist_ok=True)   # the first run made it (and removed its record)
+    with open(owed_file, "w") as handle:
+        handle.write(record(services=["nvidia-dcgm.service"]))
+    plugin = [p["metadata"]["uid"] for p in kube_api.list("Pod", "nvidia-device-plugin")
+              if p["spec"].get("nodeName") == "node-a"]
+
+    proc = fleet.run("playbooks/site.yml", FAST)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    out = proc.stdout
+    assert "run 20261125T080000Z-dead, interrupted, left host services stopped (nvidia-dcgm.service)" in out
+    for state in (node, box):
+        assert sim.load_state(state)["host"]["clients"] == ["nvidia-dcgm"]
+    labels = kube_api.get("Node", "node-a")["metadata"]
+    assert labels["labels"][DCGM_EXPORTER] == "true" and labels["labels"][STATE] == "success"
+    assert "gpuops.mig/owed" not in (labels.get("annotations") or {})
+    assert not os.path.exists(owed_file)
+    # The device plugin owed its restart: a new pod.
+    assert [p["metadata"]["uid"] for p in kube_api.list("Pod", "nvidia-device-plugin")
+            if p["spec"].get("nodeName") == "node-a"] != plugin
+    rows = dict((line.split()[0], line.split()[1]) for line in out.splitlines()
+                if line.split()[:1] in (["node-a"], ["box-b"]) and len(line.split()) > 4)
+    assert rows == {"node-a": "repaired", "box-b": "repaired"}, out[-3000:]
+
+    again = fleet.run("playbooks/site.yml", FAST)
+    assert again.returncode == 0 and "repaired" not in again.stdout and "interrupted" not in again.stdout
+
+
+def test_a_record_gpuops_did_not_write_stops_the_node(kube_api, kube_env, tmp_path):
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet.add("node-a", "1xA30-24GB", mig_node_layouts=LAYOUT)
+    kube_api.patch("Node", "node-a", {"metadata": {"annotations": {"gpuops.mig/owed": "{\"services\": \"all\"}"}}})
+    proc = fleet.run("playbooks/site.yml", FAST)
+    assert proc.returncode != 0
+    assert "node-a: the annotation gpuops.mig/owed is not a record gpuops.mig wrote" in proc.stdout
