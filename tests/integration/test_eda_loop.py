@@ -128,8 +128,7 @@ def test_pending_pods_run_after_one_round_evicting_nothing_a_risky_change_is_hel
     loop_vars = tmp_path / "loop-vars.yml"
     loop_vars.write_text(yaml.safe_dump({
         "gpuops_mig_demand_settle_seconds": 1,
-        "gpuops_mig_round_vars": {"gpuops_mig_round_dir": str(round_dir), "gpuops_mig_round_cooldown": 0,
-                                  "gpuops_mig_round_max_nodes": 2},
+        "gpuops_mig_round_dir": str(round_dir), "gpuops_mig_round_cooldown": 0, "gpuops_mig_round_max_nodes": 2,
     }))
     log = open(str(tmp_path / "rulebook.log"), "w")
     proc = subprocess.Popen(
