@@ -178,3 +178,34 @@ def test_pending_pods_run_after_one_round_evicting_nothing_a_risky_change_is_hel
     text = (tmp_path / "rulebook.log").read_text()
     assert len(rounds(round_dir)) == 2, text[-6000:]
     assert "Traceback" not in text, text[-6000:]
+
+
+def test_a_dry_run_round_changes_nothing_reports_an_unknown_profile_and_a_held_lease_refuses_the_round(
+        kube_api, kube_env, tmp_path):
+    """playbooks/demand_round.yml run by hand: the dry run plans, reports and writes the approval request; a
+    round while another holds the round's Lease fails naming it, before it plans anything."""
+    from test_rollout_lease import foreign_lease
+
+    fleet = make_fleet(tmp_path, kube_api, kube_env)
+    kube_api.seed(seed.pod("wants-1g", limits={MIG_1G: 1}), seed.pod("wants-huge", limits={"nvidia.com/mig-9g.900gb": 1}))
+    round_dir = tmp_path / "rounds"
+    run = fleet.run("playbooks/demand_round.yml", {"gpuops_mig_round_dir": str(round_dir),
+                                                   "gpuops_mig_round_dry_run": True})
+    assert run.returncode == 0, output(run)
+    last = json.loads((round_dir / "last-round.json").read_text())
+    assert last["dry_run"] is True and last["applied"] == [] and last["would_apply"] == ["gpu-b"]
+    assert last["nodes"]["gpu-b"]["decision"] == "dry-run"
+    assert [u["request"] for u in last["unresolved"]] == ["9g.900gb"]
+    assert "gpu-b                dry-run  destroys 0, creates 1" in run.stdout
+    assert fleet.devices("gpu-b") == {0: {}} and phase(kube_api, "wants-1g") == "Pending"
+    state = json.loads((round_dir / "state.json").read_text())
+    assert "last_change" not in state and state["unfinished"] == {}
+    assert kube_api.find("Lease", "gpuops-mig-demand-round") is None        # released
+
+    held = foreign_lease("demand-round")
+    kube_api.seed(held)
+    run = fleet.run("playbooks/demand_round.yml", {"gpuops_mig_round_dir": str(round_dir)})
+    assert run.returncode != 0
+    assert "other-run" in run.stdout, output(run)
+    assert "TASK [Plan]" not in run.stdout
+    assert fleet.devices("gpu-b") == {0: {}}
