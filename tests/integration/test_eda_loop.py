@@ -139,7 +139,7 @@ def test_pending_pods_run_after_one_round_evicting_nothing_a_risky_change_is_hel
     try:
         # 1. Two pods wait for a profile no node has: one round changes gpu-b (it runs nothing), the pods run.
         kube_api.seed(seed.pod("wants-1g-1", limits={MIG_1G: 1}), seed.pod("wants-1g-2", limits={MIG_1G: 1}))
-        wait_for(lambda: len(rounds(round_dir)) == 1, 120, "the first round", proc)
+        wait_for(lambda: len(rounds(round_dir)) == 1, 300, "the first round", proc)
         first = rounds(round_dir)[0]
         assert first["applied"] == ["gpu-b"] and first["held"] == [], first
         assert first["event"]["profiles"] == {MIG_1G: 2}
@@ -158,7 +158,7 @@ def test_pending_pods_run_after_one_round_evicting_nothing_a_risky_change_is_hel
         # 3. A pod whose device only fits beside gpu-b's running pods: planned, held, not applied.
         before = fleet.devices("gpu-b")
         kube_api.seed(seed.pod("wants-3g", limits={MIG_3G: 1}))
-        wait_for(lambda: len(rounds(round_dir)) == 2, 120, "the second round", proc)
+        wait_for(lambda: len(rounds(round_dir)) == 2, 300, "the second round", proc)
         second = rounds(round_dir)[1]
         assert second["applied"] == [] and second["held"] == ["gpu-b"], second
         reasons = " ".join(second["nodes"]["gpu-b"]["reasons"])
