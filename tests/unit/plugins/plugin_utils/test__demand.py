@@ -132,6 +132,6 @@ def test_bad_source_options_are_refused_with_their_name(settle, most, message):
 
 def test_backoff_doubles_up_to_its_limit_and_resets():
     backoff = d.Backoff(1, 5)
-    assert [backoff.failed() for _ in range(5)] == [1, 2, 4, 5, 5]
+    assert [backoff.failed() for _attempt in range(5)] == [1, 2, 4, 5, 5]
     backoff.succeeded()
     assert backoff.failed() == 1
