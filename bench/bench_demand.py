@@ -34,8 +34,8 @@ Usage (from the repository root):
 from __future__ import annotations
 
 import argparse
-import bisect
 import json
+import math
 import os
 import platform
 import random
@@ -379,9 +379,10 @@ def replay(policy, pods, args):
 
 
 def _percentile(values, pct):
+    """Nearest rank of sorted values."""
     if not values:
         return None
-    return values[min(len(values) - 1, max(0, bisect.bisect_left(range(len(values)), pct / 100.0 * len(values))))]
+    return values[max(0, math.ceil(pct / 100.0 * len(values)) - 1)]
 
 
 def main(argv=None):
