@@ -20,7 +20,7 @@ import yaml
 
 PREFIXES = ("mig_node_", "mig_preflight_", "mig_device_plugin_", "gpuops_mig_")
 
-# The playbooks' variables (site.yml, disable.yml, facts.yml, plan.yml) and what they hand to AWX: exactly the
+# The playbooks' variables (site.yml, disable.yml, facts.yml, plan.yml, demand_round.yml) and what they hand to AWX: exactly the
 # gpuops_mig_* names docs/rollout.md documents (a unit test holds the two together).
 PLAYBOOK_VARIABLES = (
     "gpuops_mig_hosts", "gpuops_mig_serial", "gpuops_mig_canary", "gpuops_mig_max_fail_percentage",
@@ -30,6 +30,9 @@ PLAYBOOK_VARIABLES = (
     "gpuops_mig_plan_demand", "gpuops_mig_plan_file", "gpuops_mig_plan_from_cluster", "gpuops_mig_plan_policy",
     "gpuops_mig_plan_single_profile", "gpuops_mig_plan_vars_file",
     "gpuops_mig_summary", "gpuops_mig_totals", "gpuops_mig_fleet",
+    "gpuops_mig_round_dir", "gpuops_mig_round_max_nodes", "gpuops_mig_round_cooldown", "gpuops_mig_round_dry_run",
+    "gpuops_mig_round_lease_duration", "gpuops_mig_round_lease_namespace", "gpuops_mig_round_event",
+    "gpuops_mig_round_deploy_device_plugin", "gpuops_mig_round",
 )
 
 # Results the roles leave on a host (a later batch's preview sees them): not settings, but not typos either.

@@ -24,7 +24,7 @@ BIN = os.path.dirname(sys.executable)
 pytestmark = pytest.mark.playbook
 
 # Parts that develop or test the collection and must not ship (galaxy.yml build_ignore).
-NOT_SHIPPED = ("tests/", "bench/", "tools/sim-bin/", "extensions/", "scripts/", "examples/",
+NOT_SHIPPED = ("tests/", "bench/", "tools/sim-bin/", "extensions/molecule/", "scripts/", "examples/",
                ".ci/", ".build/", ".venv/", "changelogs/fragments/", "conftest.py", "pytest.ini",
                "requirements-dev.txt", "execution-environment.yml", "ee/")
 # What users need (docs/install.md, "What the tarball holds").
@@ -32,7 +32,8 @@ SHIPPED = ("MANIFEST.json", "FILES.json", "README.md", "CHANGELOG.md", "requirem
            "meta/runtime.yml", "meta/execution-environment.yml", "meta/ee-requirements.txt",
            "plugins/modules/mig_facts.py", "plugins/modules/mig_mode.py",
            "plugins/modules/mig_config.py", "plugins/modules/mig_boot_restore.py",
-           "roles/mig_node/tasks/main.yml", "playbooks/site.yml",
+           "roles/mig_node/tasks/main.yml", "playbooks/site.yml", "playbooks/demand_round.yml",
+           "extensions/eda/plugins/event_source/mig_demand.py", "extensions/eda/rulebooks/mig_demand.yml",
            "simulator/gpuops_mig_sim/__init__.py", "tools/mig-sim", "tools/gpuops-mig-restore",
            "docs/install.md", "docs/simulator.md", "LICENSES/GPL-3.0-or-later.txt")
 

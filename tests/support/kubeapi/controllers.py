@@ -11,6 +11,8 @@
 - Nodes linked to a simulated GPU state get device-plugin resources and labels
   (see deviceplugin.py), devices assigned to their pods (allocations.py, where the node asks for it), a DRA kubelet plugin's ResourceSlice (dra.py) and a
   mig-manager (migmanager.py).
+- Pending pods that ask for nvidia.com/ resources are bound to a node with room, and pods
+  annotated with a run time finish after it (scheduler.py).
 - While a ClusterPolicy exists, the GPU Operator labels GPU nodes and keeps its
   operand DaemonSets (operator.py).
 
@@ -24,7 +26,7 @@ import hashlib
 import json
 import math
 
-from . import allocations, deviceplugin, dra, migmanager, operator
+from . import allocations, deviceplugin, dra, migmanager, operator, scheduler
 from .selectors import labels_match, pod_fits_node, selector_requirements
 
 # The DaemonSet controller adds these tolerations to its pods, so cordoned or
@@ -242,4 +244,4 @@ def _expected_from_owners(cluster, namespace, pods):
 
 
 ALL = (operator.reconcile, daemonsets, deployments, workloads, disruption_budgets, deviceplugin.reconcile,
-       allocations.reconcile, dra.reconcile, migmanager.reconcile)
+       scheduler.reconcile, allocations.reconcile, dra.reconcile, migmanager.reconcile)

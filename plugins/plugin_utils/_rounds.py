@@ -1,0 +1,259 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the gpuops.mig collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""One round of the demand loop (playbooks/demand_round.yml, docs/dynamic.md): which planned nodes may
+change now, which are held for a person, and what the round reports.
+
+- ``gate``: may a round start now (the cooldown since the last round that changed something).
+- ``select``: from the plan (playbooks/plan.yml's JSON), the pods and the Nodes, the nodes applied at
+  once (their change evicts nothing and changes no MIG mode), the ones held and why, within the
+  round's ``max_nodes``. A person approves a held node by its plan's ``config_label``.
+- ``record``: the state the next round reads (when a round last changed nodes, which changes never
+  finished). Written before the apply (its nodes unfinished) and again after it (finished), so a round
+  that dies half-way leaves its nodes held.
+
+Eviction: a plan that lists ``evicted_pods`` per node (changes that keep running devices) is taken at
+its word; otherwise a node change drains the node's GPU pods, so a node running any is held.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+
+from ansible_collections.gpuops.mig.plugins.plugin_utils._plain import describe
+
+FAILED_STATE_LABEL = "nvidia.com/mig.config.state"
+_FINISHED = ("Succeeded", "Failed")
+_GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-")
+
+
+class RoundError(ValueError):
+    """Round input that cannot be used; nothing is applied."""
+
+
+def _mapping(value, what):
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise RoundError("%s must be a mapping, got %s" % (what, describe(value)))
+    return value
+
+
+def _seconds(value, what):
+    if isinstance(value, bool):
+        raise RoundError("%s must be a whole number of seconds, got %s" % (what, describe(value)))
+    try:
+        number = int(str(value))
+    except ValueError:
+        raise RoundError("%s must be a whole number of seconds, got %s" % (what, describe(value)))
+    if number < 0:
+        raise RoundError("%s must not be negative, got %s" % (what, describe(value)))
+    return number
+
+
+def _time(text):
+    try:
+        stamp = datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=datetime.timezone.utc)
+
+
+def _now(now):
+    stamp = _time(now) if now is not None else datetime.datetime.now(datetime.timezone.utc)
+    if stamp is None:
+        raise RoundError("now must be an ISO 8601 time, got %s" % describe(now))
+    return stamp
+
+
+def gate(state, cooldown_seconds, now=None):
+    """{wait_seconds, why}: how long the cooldown still holds the next round (0: start now)."""
+    state = _mapping(state, "the round state")
+    cooldown = _seconds(cooldown_seconds, "gpuops_mig_round_cooldown")
+    last = _time(state.get("last_change")) if state.get("last_change") else None
+    if last is None or cooldown == 0:
+        return {"wait_seconds": 0, "why": "no round changed a node within the cooldown (%d s)" % cooldown}
+    left = cooldown - int((_now(now) - last).total_seconds())
+    if left <= 0:
+        return {"wait_seconds": 0, "why": "the last change was %d s ago (cooldown %d s)" % (cooldown - left, cooldown)}
+    return {"wait_seconds": left, "why": "the last round changed nodes at %s; cooldown %d s"
+                                         % (state["last_change"], cooldown)}
+
+
+def gpu_pods(pods, node_name):
+    """namespace/name of the pods on ``node_name`` that use GPUs (what a drain of the node evicts)."""
+    names = []
+    for pod in pods or []:
+        if not isinstance(pod, Mapping):
+            continue
+        spec, status, meta = pod.get("spec") or {}, pod.get("status") or {}, pod.get("metadata") or {}
+        if spec.get("nodeName") != node_name or status.get("phase") in _FINISHED:
+            continue
+        wanted = set()
+        for container in spec.get("containers") or []:
+            resources = (container or {}).get("resources") or {}
+            for part in ("limits", "requests"):
+                wanted.update(str(k) for k in (resources.get(part) or {}))
+        if any(r == _GPU_RESOURCES[0] or r.startswith(_GPU_RESOURCES[1]) for r in wanted):
+            names.append("%s/%s" % (meta.get("namespace") or "default", meta.get("name")))
+    return sorted(names)
+
+
+def _node_labels(nodes):
+    out = {}
+    for node in nodes or []:
+        if isinstance(node, Mapping):
+            meta = node.get("metadata") or {}
+            out[meta.get("name")] = meta.get("labels") or {}
+    return out
+
+
+def _approved(approvals):
+    approvals = _mapping(approvals, "the approvals")
+    approved = _mapping(approvals.get("approved", approvals), "approved")
+    for node, label in approved.items():
+        if not isinstance(label, str):
+            raise RoundError("approved[%s] must be the config_label of the plan approved, got %s"
+                             % (node, describe(label)))
+    return approved
+
+
+def select(plan, pods=None, nodes=None, settings=None, approvals=None, state=None):
+    """The round's decision for every node the plan touches.
+
+    ``plan`` the plan (plan.yml's JSON, or mig_plan's ``plan``); ``pods`` and ``nodes`` the cluster's Pod
+    and Node manifests (None without Kubernetes); ``settings`` {max_nodes, dry_run, k8s_node_names};
+    ``approvals`` {node: config_label} (or {"approved": {...}}); ``state`` what ``record`` wrote last.
+    Returns {apply, held, planned, nodes: {node: {decision, reasons, ...}}, dry_run, max_nodes, report}.
+    """
+    plan = _mapping(plan, "the plan")
+    planned_nodes = _mapping(plan.get("nodes"), "the plan's nodes")
+    settings = _mapping(settings, "the round settings")
+    max_nodes = _seconds(settings.get("max_nodes", 1), "gpuops_mig_round_max_nodes")
+    dry_run = settings.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise RoundError("gpuops_mig_round_dry_run must be true or false, got %s" % describe(dry_run))
+    k8s_names = _mapping(settings.get("k8s_node_names"), "k8s_node_names")
+    approved = _approved(approvals)
+    state = _mapping(state, "the round state")
+    unfinished = set(_mapping(state.get("unfinished"), "the round state's unfinished nodes"))
+    labels = _node_labels(nodes)
+
+    decisions = {}
+    candidates = []
+    for name in sorted(planned_nodes):
+        entry = _mapping(planned_nodes[name], "the plan's node %s" % name)
+        if not entry.get("touched"):
+            continue
+        k8s_name = k8s_names.get(name, name)
+        gpus = entry.get("gpus") or []
+        mode_changes = [g.get("index") for g in gpus
+                        if isinstance(g, Mapping) and bool(g.get("mig_enabled")) != bool(g.get("mig_enabled_before"))]
+        if isinstance(entry.get("evicted_pods"), list):
+            evicts, evicts_from = sorted(str(p) for p in entry["evicted_pods"]), "the plan"
+        else:
+            evicts, evicts_from = gpu_pods(pods, k8s_name), "the node's GPU pods (the node is drained)"
+        blockers, reasons = [], []
+        if (labels.get(k8s_name) or {}).get(FAILED_STATE_LABEL) == "failed":
+            blockers.append("the last change failed on this node (%s=failed): a person must look at it and "
+                            "clear the label" % FAILED_STATE_LABEL)
+        if name in unfinished:
+            blockers.append("round %s did not finish changing this node: a person must check it and remove it "
+                            "from the state file's unfinished nodes" % state["unfinished"][name])
+        if mode_changes:
+            reasons.append("turns MIG on for GPU %s (a MIG mode change: a GPU reset or a reboot)"
+                           % ", ".join(str(i) for i in mode_changes))
+        if evicts:
+            reasons.append("evicts %d running pod(s) (%s): %s" % (len(evicts), evicts_from, ", ".join(evicts)))
+        label = entry.get("config_label")
+        is_approved = bool(label) and approved.get(name) == label
+        decision = {
+            "config_label": label,
+            "destroyed": sum(int(g.get("destroyed") or 0) for g in gpus if isinstance(g, Mapping)),
+            "created": sum(int(g.get("created") or 0) for g in gpus if isinstance(g, Mapping)),
+            "mode_changes": mode_changes,
+            "evicts": evicts,
+            "supplies": entry.get("supplies") or {},
+            "approved": is_approved,
+            "reasons": blockers + reasons,
+        }
+        decisions[name] = decision
+        if blockers:
+            decision["decision"] = "held"
+        elif reasons and not is_approved:
+            decision["decision"] = "held"
+            decision["reasons"].append("approve it: add %s: %s to the approval file" % (name, label))
+        else:
+            if reasons:
+                decision["reasons"].append("approved by a person (config_label %s)" % label)
+            candidates.append(name)
+
+    # Approved nodes first (they waited a round), then those that supply the most demand.
+    candidates.sort(key=lambda n: (not decisions[n]["approved"], -sum(decisions[n]["supplies"].values()), n))
+    apply = []
+    for name in candidates:
+        if len(apply) >= max_nodes:
+            decisions[name]["decision"] = "held"
+            decisions[name]["reasons"].append("over this round's limit of %d node(s) "
+                                              "(gpuops_mig_round_max_nodes); the next round takes it" % max_nodes)
+        elif dry_run:
+            decisions[name]["decision"] = "dry-run"
+            decisions[name]["reasons"].append("would be applied (gpuops_mig_round_dry_run)")
+            apply.append(name)
+        else:
+            decisions[name]["decision"] = "apply"
+            apply.append(name)
+    report = plan.get("report") or {}
+    return {
+        "apply": [] if dry_run else sorted(apply),
+        "would_apply": sorted(apply) if dry_run else [],
+        "held": sorted(n for n, d in decisions.items() if d["decision"] == "held"),
+        "planned": sorted(decisions),
+        "nodes": decisions,
+        "dry_run": dry_run,
+        "max_nodes": max_nodes,
+        "asked": [{k: row.get(k) for k in ("request", "requested", "met", "unmet", "reason") if k in row}
+                  for row in report.get("demand") or []],
+        "unresolved": report.get("unresolved") or [],
+        "approval_request": {n: decisions[n]["config_label"] for n in sorted(decisions)
+                             if decisions[n]["decision"] == "held" and not decisions[n]["approved"]},
+        "held_reasons": {n: decisions[n]["reasons"] for n in sorted(decisions) if decisions[n]["decision"] == "held"},
+    }
+
+
+def record(state, round_id, selection, finished, now=None):
+    """The state with this round in it: when a round last changed nodes, and which changes did not finish.
+
+    Before the apply ``finished`` is False: the round's nodes are unfinished, and stay so (held by the next
+    rounds until a person removes them) if the apply never comes back. After it, True takes them out.
+    """
+    state = dict(_mapping(state, "the round state"))
+    selection = _mapping(selection, "the round's selection")
+    unfinished = dict(_mapping(state.get("unfinished"), "the round state's unfinished nodes"))
+    applied = list(selection.get("apply") or [])
+    stamp = _now(now).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for name in applied:
+        if finished:
+            unfinished.pop(name, None)
+        else:
+            unfinished[name] = round_id
+    if applied and not finished:
+        state["last_change"] = stamp
+    state.update(unfinished=unfinished, last_round=round_id, last_round_at=stamp)
+    return state
+
+
+def outcome_lines(selection):
+    """What the round prints: one line per planned node, then the totals."""
+    lines = []
+    for name in selection.get("planned") or []:
+        entry = selection["nodes"][name]
+        lines.append("%-20s %-8s destroys %d, creates %d%s" % (
+            name, entry["decision"], entry["destroyed"], entry["created"],
+            (": " + "; ".join(entry["reasons"])) if entry["reasons"] else ""))
+    lines.append("round: %d planned, %d applied%s, %d held" % (
+        len(selection.get("planned") or []), len(selection.get("apply") or selection.get("would_apply") or []),
+        " (dry run: none changed)" if selection.get("dry_run") else "", len(selection.get("held") or [])))
+    return lines

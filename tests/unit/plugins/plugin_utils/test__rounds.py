@@ -1,0 +1,152 @@
+"""One round of the demand loop: the gate, which planned nodes change now and which are held (_rounds.py)."""
+
+import pytest
+
+from ansible_collections.gpuops.mig.plugins.module_utils import _fleet_plan as fp
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _rounds as r
+from ansible_collections.gpuops.mig.tests.unit.plugins.module_utils.fleet_helpers import facts, node_facts
+
+MIG_3G = "nvidia.com/mig-3g.40gb"
+
+
+def gpu(index=0, before=True, after=True, destroyed=0, created=1):
+    return {"index": index, "mig_enabled_before": before, "mig_enabled": after, "changed": True,
+            "destroyed": destroyed, "created": created}
+
+
+def node(*gpus, touched=True, label="gpuops-plan-0000000001", supplies=None, **extra):
+    return dict({"touched": touched, "config_label": label, "gpus": list(gpus), "supplies": supplies or {}}, **extra)
+
+
+def running(name, on, resources):
+    return {"metadata": {"name": name, "namespace": "ml"}, "spec": {"nodeName": on, "containers": [
+        {"name": "c", "resources": {"limits": resources}}]}, "status": {"phase": "Running"}}
+
+
+PODS = [running("train", "busy", {MIG_3G: "1"}), running("web", "idle", {"cpu": "1"}),
+        running("done", "idle", {MIG_3G: "1"})]
+PODS[2]["status"]["phase"] = "Succeeded"
+
+
+def plan(**nodes):
+    return {"nodes": nodes, "report": {"demand": [{"request": "1g.10gb", "requested": 2, "met": 2, "unmet": 0}]}}
+
+
+def test_safe_nodes_apply_and_evicting_or_mode_changing_ones_are_held():
+    the_plan = plan(idle=node(gpu()), busy=node(gpu()), off=node(gpu(before=False)), same=node(gpu(), touched=False))
+    out = r.select(the_plan, PODS, settings={"max_nodes": 5})
+    assert out["apply"] == ["idle"] and out["held"] == ["busy", "off"] and out["planned"] == ["busy", "idle", "off"]
+    assert out["nodes"]["idle"]["decision"] == "apply" and out["nodes"]["idle"]["evicts"] == []
+    busy = out["nodes"]["busy"]
+    assert busy["evicts"] == ["ml/train"]
+    assert busy["reasons"][0] == ("evicts 1 running pod(s) (the node's GPU pods (the node is drained)): ml/train")
+    assert out["nodes"]["off"]["mode_changes"] == [0]
+    assert "a MIG mode change" in out["nodes"]["off"]["reasons"][0]
+    assert out["approval_request"] == {"busy": "gpuops-plan-0000000001", "off": "gpuops-plan-0000000001"}
+    assert out["asked"] == [{"request": "1g.10gb", "requested": 2, "met": 2, "unmet": 0}]
+
+
+def test_the_plans_own_evicted_pods_list_wins_over_the_node_drain():
+    the_plan = plan(busy=node(gpu(), evicted_pods=[]), idle=node(gpu(), evicted_pods=["ml/other"]))
+    out = r.select(the_plan, PODS, settings={"max_nodes": 5})
+    assert out["apply"] == ["busy"] and out["held"] == ["idle"]
+    assert out["nodes"]["idle"]["reasons"][0] == "evicts 1 running pod(s) (the plan): ml/other"
+
+
+def test_an_approval_for_the_same_layout_lets_a_held_node_change():
+    the_plan = plan(busy=node(gpu(), label="gpuops-plan-aaaa"), off=node(gpu(before=False), label="gpuops-plan-bbbb"))
+    out = r.select(the_plan, PODS, settings={"max_nodes": 5},
+                   approvals={"approved": {"busy": "gpuops-plan-aaaa", "off": "gpuops-plan-older"}})
+    assert out["apply"] == ["busy"] and out["held"] == ["off"]
+    assert out["nodes"]["busy"]["reasons"][-1] == "approved by a person (config_label gpuops-plan-aaaa)"
+    assert out["approval_request"] == {"off": "gpuops-plan-bbbb"}
+
+
+def test_max_nodes_keeps_the_nodes_that_supply_most_and_holds_the_rest():
+    the_plan = plan(a=node(gpu(), supplies={"1g.10gb": 1}), b=node(gpu(), supplies={"1g.10gb": 3}),
+                    c=node(gpu(), supplies={"1g.10gb": 2}))
+    out = r.select(the_plan, [], settings={"max_nodes": 2})
+    assert out["apply"] == ["b", "c"] and out["held"] == ["a"]
+    assert "over this round's limit of 2 node(s)" in out["nodes"]["a"]["reasons"][0]
+    assert r.select(the_plan, [], settings={"max_nodes": 0})["apply"] == []
+
+
+def test_dry_run_applies_nothing_and_says_what_it_would_do():
+    out = r.select(plan(idle=node(gpu()), busy=node(gpu())), PODS, settings={"max_nodes": 5, "dry_run": True})
+    assert out["apply"] == [] and out["would_apply"] == ["idle"] and out["held"] == ["busy"]
+    assert out["nodes"]["idle"]["decision"] == "dry-run"
+    assert r.outcome_lines(out)[-1] == "round: 2 planned, 1 applied (dry run: none changed), 1 held"
+
+
+def test_failed_and_unfinished_nodes_stay_held_even_when_approved():
+    nodes = [{"metadata": {"name": "k8s-idle", "labels": {"nvidia.com/mig.config.state": "failed"}}}]
+    the_plan = plan(idle=node(gpu(), label="L1"), other=node(gpu(), label="L2"))
+    out = r.select(the_plan, [], nodes, settings={"max_nodes": 5, "k8s_node_names": {"idle": "k8s-idle"}},
+                   approvals={"idle": "L1", "other": "L2"}, state={"unfinished": {"other": "round-7"}})
+    assert out["apply"] == [] and out["held"] == ["idle", "other"]
+    assert "nvidia.com/mig.config.state=failed" in out["nodes"]["idle"]["reasons"][0]
+    assert out["nodes"]["other"]["reasons"][0].startswith("round round-7 did not finish changing this node")
+
+
+def test_record_marks_nodes_unfinished_before_the_apply_and_clears_them_after():
+    selection = {"apply": ["a", "b"]}
+    before = r.record({"unfinished": {"z": "round-1"}}, "round-2", selection, False, now="2026-11-25T08:00:00Z")
+    assert before == {"unfinished": {"z": "round-1", "a": "round-2", "b": "round-2"}, "last_round": "round-2",
+                      "last_round_at": "2026-11-25T08:00:00Z", "last_change": "2026-11-25T08:00:00Z"}
+    after = r.record(before, "round-2", selection, True, now="2026-11-25T08:05:00Z")
+    assert after["unfinished"] == {"z": "round-1"} and after["last_change"] == "2026-11-25T08:00:00Z"
+    quiet = r.record(after, "round-3", {"apply": []}, True, now="2026-11-25T09:00:00Z")
+    assert quiet["last_change"] == "2026-11-25T08:00:00Z" and quiet["last_round"] == "round-3"
+
+
+def test_gate_waits_out_the_cooldown_after_a_change():
+    state = {"last_change": "2026-11-25T08:00:00Z"}
+    assert r.gate(state, 300, now="2026-11-25T08:01:40Z")["wait_seconds"] == 200
+    assert r.gate(state, 300, now="2026-11-25T08:06:00Z")["wait_seconds"] == 0
+    assert r.gate({}, 300)["wait_seconds"] == 0
+    assert r.gate(state, 0, now="2026-11-25T08:00:01Z")["wait_seconds"] == 0
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: r.gate({}, -1), "gpuops_mig_round_cooldown must not be negative, got -1"),
+    (lambda: r.gate({}, "soon"), "gpuops_mig_round_cooldown must be a whole number of seconds, got 'soon'"),
+    (lambda: r.select(plan(), settings={"max_nodes": True}), "gpuops_mig_round_max_nodes must be a whole number"),
+    (lambda: r.select(plan(), settings={"dry_run": "yes"}), "gpuops_mig_round_dry_run must be true or false"),
+    (lambda: r.select(plan(), approvals={"a": 3}), "approved[a] must be the config_label of the plan approved"),
+    (lambda: r.select([1]), "the plan must be a mapping"),
+])
+def test_bad_round_input_is_refused_with_its_name(call, message):
+    with pytest.raises(r.RoundError) as err:
+        call()
+    assert str(err.value).startswith(message)
+
+
+# ----- the planner's side of "give back what is idle" --------------------------------------------------------
+
+def h100(*gis, mig_enabled=True):
+    return facts(0, "H100-80GB", list(gis), mig_enabled=mig_enabled)
+
+
+def test_idle_devices_are_kept_while_no_demand_needs_their_slices():
+    # gpu-a holds an idle 3g.40gb; gpu-b is empty. 1g.10gb demand fits on gpu-b: gpu-a is not reshaped.
+    fleet = {"gpu-a": node_facts([h100((1, "3g.40gb", 0, ()), (2, "3g.40gb", 4, ()))]),
+             "gpu-b": node_facts([h100()])}
+    the_plan = fp.plan_fleet(fleet, {"1g.10gb": 2})
+    assert the_plan["nodes"]["gpu-a"]["touched"] is False
+    assert the_plan["report"]["devices_destroyed"] == 0
+    assert r.select(the_plan, [], settings={"max_nodes": 5})["apply"] == ["gpu-b"]
+
+
+def test_idle_devices_are_reshaped_when_demand_needs_their_slices_but_allocated_ones_never():
+    # One 3g.40gb runs a process (a pod holds it), the other is idle: the idle one becomes 3 x 1g.10gb.
+    fleet = {"gpu-a": node_facts([h100((1, "3g.40gb", 0, (4242,)), (2, "3g.40gb", 4, ()))])}
+    the_plan = fp.plan_fleet(fleet, {"1g.10gb": 3}, in_use={"gpu-a": {"3g.40gb": 1}})
+    gpu_a = the_plan["nodes"]["gpu-a"]["gpus"][0]
+    assert gpu_a["after"] == {"1g.10gb": 3, "3g.40gb": 1} and gpu_a["destroyed"] == 1
+    # Pods hold both (the second one allocated without a process yet): nothing goes, the demand is unmet.
+    held = fp.plan_fleet(fleet, {"1g.10gb": 4}, in_use={"gpu-a": {"3g.40gb": 2}})
+    assert held["nodes"]["gpu-a"]["touched"] is False and held["report"]["unmet_devices"] == 4
+    # More pods than processes: the planner cannot tell which device is free, so it keeps every one.
+    unsure = {"gpu-a": node_facts([h100((1, "3g.40gb", 0, ()), (2, "3g.40gb", 4, ()))])}
+    kept = fp.plan_fleet(unsure, {"1g.10gb": 4}, in_use={"gpu-a": {"3g.40gb": 1}})
+    assert kept["nodes"]["gpu-a"]["touched"] is False
