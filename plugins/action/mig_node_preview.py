@@ -56,6 +56,7 @@ ARGUMENT_SPEC = dict(
     read_allocations=dict(type="bool", default=True),
     pod_resources_socket=dict(type="str", default="/var/lib/kubelet/pod-resources/kubelet.sock"),
     owed_file=dict(type="str", default="/var/lib/gpuops-mig/owed.json"),
+    lease=dict(type="dict"),
     preflight=dict(type="dict", options=dict(
         require_mig_capable=dict(type="bool", default=True),
         min_driver_versions=dict(type="list", elements="dict", default=[]),
@@ -213,7 +214,7 @@ class ActionModule(ActionBase):
                 "host": host, "kubernetes": args["kubernetes"], "strategy": args["strategy"],
                 "operator_mode": args["operator_mode"], "source": layout["source_kind"],
                 "config_label": layout["config_label"], "cordoned_annotation": args["cordoned_annotation"],
-                "drain": args["drain"] if args["kubernetes"] else "none"})
+                "drain": args["drain"] if args["kubernetes"] else "none", "lease": args["lease"]})
         except (Refused, node_decision.DecisionError) as e:
             return dict(result, failed=True, msg=str(e))
         finally:

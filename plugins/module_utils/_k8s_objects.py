@@ -32,6 +32,8 @@ CLUSTER_READ_OPTIONS = dict(
         namespace=dict(type="str", default=""),
     )),
     operator_config_nodes=dict(type="list", elements="str", default=[]),
+    leases=dict(type="list", elements="str", default=[]),
+    lease_namespace=dict(type="str", default="default"),
 )
 
 
@@ -115,4 +117,7 @@ def read_cluster(service, params):
                                 params["operator_config_nodes"])
     for namespace, names in wanted.items():
         result["configmaps"][namespace] = [cm for name in names for cm in find("ConfigMap", "v1", namespace, name=name)]
+    # The nodes' leases by name (gpuops.mig.mig_node_lease): one a run that died left behind is released.
+    result["leases"] = dict((lease["metadata"]["name"], lease) for name in params["leases"]
+                            for lease in find("Lease", "coordination.k8s.io/v1", params["lease_namespace"], name=name))
     return result

@@ -91,6 +91,17 @@ options:
     type: list
     elements: str
     default: []
+  leases:
+    description:
+      - Names of C(coordination.k8s.io/v1) Leases to read from O(lease_namespace) (the nodes' holds of
+        M(gpuops.mig.mig_node_lease)), returned in RV(leases). Read by name, never listed.
+    type: list
+    elements: str
+    default: []
+  lease_namespace:
+    description: The namespace of O(leases).
+    type: str
+    default: default
 """
 
 EXAMPLES = r"""
@@ -134,6 +145,10 @@ operator_namespace:
   description: The GPU Operator's namespace (from its ClusterPolicy, else V(gpu-operator)).
   returned: always
   type: str
+leases:
+  description: The Leases of O(leases) that exist, by name.
+  returned: always
+  type: dict
 """
 
 from ansible_collections.kubernetes.core.plugins.module_utils.ansiblemodule import AnsibleModule

@@ -173,6 +173,11 @@ options:
     description: The kubelet's PodResources socket on the node.
     type: str
     default: /var/lib/kubelet/pod-resources/kubelet.sock
+  lease:
+    description:
+      - The node's Lease (C(gpuops-mig-<node>), as M(gpuops.mig.mig_cluster_info) reads it), if any. One whose
+        holder stopped renewing it is released by this run (the decision's C(steady_work) has C(lease)).
+    type: dict
   owed_file:
     description:
       - On a host outside Kubernetes, the file in which a rollout records what it must put back; a record left

@@ -15,6 +15,7 @@ from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import (
     DEFAULT_OPERATOR_CONFIG,
     is_dra_kubelet_plugin,
 )
+from ansible_collections.gpuops.mig.plugins.module_utils import _lease
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_pods, _node_records
 
 LABEL_CONFIG = "nvidia.com/mig.config"
@@ -299,6 +300,7 @@ def decide(info, node, operator, settings):
             raise DecisionError("%s: %s. Nothing was changed." % (host, e))
     decision["steady_work"] = [name for name, due in (
         ("repair", bool(decision["repair"]) and path == "converged"),
+        ("lease", abandoned_lease(settings.get("lease")) and path == "converged"),
         ("switch off mig-manager", decision["switch_off_mig_manager"]),
         ("restore", decision["persist"] and not decision["restore_in_step"]),
         ("labels", bool(decision["converged_labels"])),
@@ -319,10 +321,20 @@ def left_alone(node, operator, settings):
         "switch_off_mig_manager": False, "persist": False, "restore_in_step": True,
         "cordoned_earlier": cordoned, "unschedulable": bool(((node or {}).get("spec") or {}).get("unschedulable")),
         "converged_labels": {}, "repair": repair,
-        "steady_work": (["repair"] if repair else []) + (["uncordon"] if cordoned else []),
+        "steady_work": (["repair"] if repair else []) + (["uncordon"] if cordoned else [])
+                       + (["lease"] if abandoned_lease(settings.get("lease")) else []),
         "summary": "%s: the plan leaves this node as it is (no MIG layout for its GPUs): %s." % (
             host, "first, " + repair["message"] if repair else "nothing to do"),
     }
+
+
+def abandoned_lease(lease, now=None):
+    """Whether the node's Lease (as the API serves it) is held by a run that stopped renewing it: a converged
+    node takes it over and releases it, so no dead run's hold is left behind."""
+    if not lease:
+        return False
+    record = _lease.from_lease(lease)
+    return bool(record["holder_identity"]) and _lease.expired(record, now or _lease.utc_now())
 
 
 def repair_plan(node, host, path, validate, info=None):

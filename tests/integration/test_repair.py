@@ -6,6 +6,7 @@ here they are written as such a run leaves them, so the repair is checked withou
 
 import json
 import os
+import re
 
 import pytest
 
@@ -45,6 +46,11 @@ def test_a_converged_node_left_owing_is_repaired_first(kube_api, kube_env, tmp_p
     os.makedirs(os.path.dirname(owed_file), exist_ok=True)   # the first run made it (and removed its record)
     with open(owed_file, "w") as handle:
         handle.write(record(services=["nvidia-dcgm.service"]))
+    # ... and its hold on the node, no longer renewed.
+    kube_api.seed({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                   "metadata": {"name": "gpuops-mig-node-a", "namespace": "default"},
+                   "spec": {"holderIdentity": "gpuops.mig run 20261125T080000Z-dead on ctl", "leaseDurationSeconds": 20,
+                            "acquireTime": "2026-11-25T08:00:00.000000Z", "renewTime": "2026-11-25T08:00:00.000000Z"}})
     plugin = [p["metadata"]["uid"] for p in kube_api.list("Pod", "nvidia-device-plugin")
               if p["spec"].get("nodeName") == "node-a"]
 
@@ -58,11 +64,12 @@ def test_a_converged_node_left_owing_is_repaired_first(kube_api, kube_env, tmp_p
     assert labels["labels"][DCGM_EXPORTER] == "true" and labels["labels"][STATE] == "success"
     assert "gpuops.mig/owed" not in (labels.get("annotations") or {})
     assert not os.path.exists(owed_file)
+    assert [lease["metadata"]["name"] for lease in kube_api.list("Lease")] == []    # taken over, then released
+    assert "took the lease over from gpuops.mig run 20261125T080000Z-dead on ctl" in out
     # The device plugin owed its restart: a new pod.
     assert [p["metadata"]["uid"] for p in kube_api.list("Pod", "nvidia-device-plugin")
             if p["spec"].get("nodeName") == "node-a"] != plugin
-    rows = dict((line.split()[0], line.split()[1]) for line in out.splitlines()
-                if line.split()[:1] in (["node-a"], ["box-b"]) and len(line.split()) > 4)
+    rows = dict(re.findall(r'"(node-a|box-b) +(\w+) +converged ', out))
     assert rows == {"node-a": "repaired", "box-b": "repaired"}, out[-3000:]
 
     again = fleet.run("playbooks/site.yml", FAST)

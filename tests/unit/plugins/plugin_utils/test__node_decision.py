@@ -363,3 +363,19 @@ def test_a_mig_manager_run_in_flight_is_in_the_decision():
                                    "(nvidia.com/mig.config.state=pending) has ended.")
     mine = node({d.LABEL_MIG_MANAGER: "false", d.LABEL_STATE: "pending"})
     assert d.decide(info(geometry=True), mine, d.operator_view([policy()], mine), settings())["mig_manager_run"] is None
+
+
+def lease(renewed, duration=20, holder="gpuops.mig run dead on ctl"):
+    return {"metadata": {"name": "gpuops-mig-gpu-1", "resourceVersion": "7"},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration, "renewTime": renewed,
+                     "acquireTime": renewed}}
+
+
+def test_a_converged_node_releases_a_lease_a_dead_run_left():
+    old, fresh = "2020-01-01T00:00:00.000000Z", "2999-01-01T00:00:00.000000Z"
+    assert d.abandoned_lease(lease(old)) and not d.abandoned_lease(lease(fresh))
+    assert not d.abandoned_lease(lease(old, holder="")) and not d.abandoned_lease(None)
+    done = node({d.LABEL_CONFIG: "all-3g", d.LABEL_STATE: "success"})
+    assert d.decide(info(), done, None, settings(lease=lease(old)))["steady_work"] == ["lease"]
+    assert d.decide(info(), done, None, settings(lease=lease(fresh)))["steady_work"] == []   # a live rollout's
+    assert d.left_alone(node(), {"present": False}, settings(lease=lease(old)))["steady_work"] == ["lease"]
