@@ -14,6 +14,19 @@ from __future__ import annotations
 
 import copy
 
+# The node label protocol shared with the GPU Operator's mig-manager (NVIDIA/mig-parted), and the marks this
+# collection leaves on Kubernetes objects: one home for each name (roles/mig_node/vars/main.yml repeats them for
+# the role's tasks; tests/unit/plugins/plugin_utils/test__role_contract.py holds the two together).
+LABEL_CONFIG = "nvidia.com/mig.config"
+LABEL_STATE = "nvidia.com/mig.config.state"
+LABEL_DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
+PAUSED_VALUE = "paused-for-mig-change"
+ANNOTATION_CORDONED = "gpuops.mig/cordoned"
+ANNOTATION_LAST_ERROR = "gpuops.mig/last-error"
+ANNOTATION_RUN_ID = "gpuops.mig/run-id"
+LABEL_EVICT = "gpuops.mig/evict"
+LABEL_SMOKE_TEST = "gpuops.mig/smoke-test"
+
 # NVIDIA's DRA driver for GPUs (k8s-dra-driver-gpu): the name its chart gives its pods.
 DRA_APP = "dra-driver-nvidia-gpu"
 

@@ -88,21 +88,26 @@ options:
     type: dict
     default: {}
   config:
-    description: A mig-parted config (text or data), from C(mig_node_config).
+    description: A mig-parted config (text or data), from C(mig_node_config); empty is not set.
     type: raw
+    default: {}
   config_file:
     description: A mig-parted file on the controller (found as the file lookup finds it), from C(mig_node_config_file).
-    type: str
+    type: path
+    default: ""
   layouts:
     description: Inline layouts, as M(gpuops.mig.mig_config) takes them, from C(mig_node_layouts).
     type: list
     elements: dict
+    default: []
   configmap:
     description: The ConfigMap that holds the config (else the GPU Operator's), from C(mig_node_config_configmap).
     type: str
+    default: ""
   configmap_namespace:
-    description: Its namespace; defaults to the GPU Operator's namespace, else C(gpu-operator).
+    description: Its namespace; empty is the GPU Operator's namespace, else C(gpu-operator).
     type: str
+    default: ""
   configmap_key:
     description: The ConfigMap key that holds the config.
     type: str
@@ -132,10 +137,12 @@ options:
   strategy:
     description: The declared MIG strategy (V(none), V(single), V(mixed)); empty takes the GPU Operator's, else V(mixed).
     type: str
+    choices: ["", none, single, mixed]
     default: ""
   operator_mode:
     description: On a GPU Operator node, V(auto), V(mig-manager) or V(takeover) (see the M(gpuops.mig.mig_node) role).
     type: str
+    choices: [auto, mig-manager, takeover]
     default: auto
   cordoned_annotation:
     description: The annotation with which the collection marks a node it cordoned.

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import (
     DEFAULT_OPERATOR_CONFIG,
+    LABEL_CONFIG,
+    LABEL_DEPLOY_PREFIX as LABEL_DEPLOY,
+    LABEL_STATE,
+    PAUSED_VALUE as PAUSED,
     is_dra_kubelet_plugin,
 )
 
-LABEL_CONFIG = "nvidia.com/mig.config"
-LABEL_STATE = "nvidia.com/mig.config.state"
-LABEL_DEPLOY = "nvidia.com/gpu.deploy."
 LABEL_MIG_MANAGER = LABEL_DEPLOY + "mig-manager"
-PAUSED = "paused-for-mig-change"
 STRATEGIES = ("none", "single", "mixed")
 OPERATOR_MODES = ("auto", "mig-manager", "takeover")
 
