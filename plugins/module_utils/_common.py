@@ -49,12 +49,17 @@ CONFIG_SOURCE_ARG_SPEC = dict(
 )
 CONFIG_SOURCE_EXCLUSIVE = [("config", "config_file", "layouts")]
 
+# What missing_required_lib() adds to its message when the host's Python cannot import pynvml.
+NVML_LIBRARY_REASON = ("to read and change the GPUs through NVML (import pynvml). The gpuops.mig.mig_preflight role "
+                       "installs it with mig_preflight_install_nvml=true")
+
 
 def fail_from(module, error, **result):
     """End the module with an engine error: its message, the traceback as ``exception``,
     the NVML error by its pynvml name, and after a part-way failure what was done."""
     if isinstance(error, MissingLibrary):
-        module.fail_json(msg=missing_required_lib("nvidia-ml-py"), exception=PYNVML_IMPORT_ERROR, **result)
+        module.fail_json(msg=missing_required_lib("nvidia-ml-py", reason=NVML_LIBRARY_REASON),
+                         exception=PYNVML_IMPORT_ERROR, **result)
     message = str(error)
     if isinstance(error, DriverNotFound):
         message = "No usable NVIDIA driver on this host: %s" % message
