@@ -13,6 +13,7 @@ Private to the collection; no Ansible imports (the reads go through the kubernet
 from __future__ import annotations
 
 import copy
+from typing import Any, Iterable, Mapping, Sequence
 
 # The node label protocol shared with the GPU Operator's mig-manager (NVIDIA/mig-parted), and the marks this
 # collection leaves on Kubernetes objects: one home for each name (roles/mig_node/vars/main.yml repeats them for
@@ -48,7 +49,7 @@ CLUSTER_READ_OPTIONS = dict(
 )
 
 
-def cluster_read_spec(auth_spec):
+def cluster_read_spec(auth_spec: Mapping[str, Any]) -> dict[str, Any]:
     """gpuops.mig.mig_cluster_info's argument spec, given kubernetes.core's AUTH_ARG_SPEC (module and action
     plugin alike)."""
     spec = copy.deepcopy(auth_spec)
@@ -56,7 +57,7 @@ def cluster_read_spec(auth_spec):
     return spec
 
 
-def is_dra_kubelet_plugin(daemonset):
+def is_dra_kubelet_plugin(daemonset: Mapping[str, Any]) -> bool:
     """Whether a DaemonSet runs NVIDIA's DRA kubelet plugin (by its pods' app label, else by its name)."""
     template = ((daemonset.get("spec") or {}).get("template") or {})
     pod_labels = (template.get("metadata") or {}).get("labels") or {}
@@ -65,7 +66,7 @@ def is_dra_kubelet_plugin(daemonset):
             or (DRA_APP in name and name.endswith("kubelet-plugin")))
 
 
-def trimmed(obj, keep_status=True):
+def trimmed(obj: Mapping[str, Any], keep_status: bool = True) -> dict[str, Any]:
     """The object without metadata.managedFields (the API server's field bookkeeping, often most of an
     object) and, unless keep_status, without its status (a Node's image list and conditions)."""
     obj = dict(obj)
@@ -77,7 +78,7 @@ def trimmed(obj, keep_status=True):
     return obj
 
 
-def operator_namespace(cluster_policies):
+def operator_namespace(cluster_policies: Iterable[Mapping[str, Any]]) -> str:
     for policy in cluster_policies:
         namespace = (policy.get("status") or {}).get("namespace")
         if namespace:
@@ -85,7 +86,7 @@ def operator_namespace(cluster_policies):
     return DEFAULT_OPERATOR_NAMESPACE
 
 
-def operator_configmaps(cluster_policies, node_names):
+def operator_configmaps(cluster_policies: Iterable[Mapping[str, Any]], node_names: Sequence[str]) -> list[str]:
     """The ConfigMaps mig-manager takes its config from, by name: the one each ClusterPolicy names, else the one
     it generates for each node of node_names (<node>-mig-config) and the Helm chart's default."""
     names = []
@@ -95,7 +96,8 @@ def operator_configmaps(cluster_policies, node_names):
     return names
 
 
-def configmaps_to_read(requested, cluster_policies, operator_ns, node_names=()):
+def configmaps_to_read(requested: Iterable[Mapping[str, str]], cluster_policies: Iterable[Mapping[str, Any]],
+                       operator_ns: str, node_names: Sequence[str] = ()) -> dict[str, list[str]]:
     """{namespace: [names]}: the ConfigMaps asked for ({name, namespace}; an empty namespace is the GPU Operator's)
     and, with a ClusterPolicy, the operator's config ConfigMaps; each name once, in a stable order."""
     wanted = {}
@@ -106,9 +108,10 @@ def configmaps_to_read(requested, cluster_policies, operator_ns, node_names=()):
     return dict((namespace, sorted(names)) for namespace, names in sorted(wanted.items()))
 
 
-def read_cluster(service, params):
+def read_cluster(service: Any, params: Mapping[str, Any]) -> dict[str, Any]:
     """What gpuops.mig.mig_cluster_info returns, read through a kubernetes.core K8sService."""
-    def find(kind, api_version, namespace=None, keep_status=True, name=None):
+    def find(kind: str, api_version: str, namespace: str | None = None, keep_status: bool = True,
+             name: str | None = None) -> list[dict[str, Any]]:
         found = service.find(kind, api_version, name=name, namespace=namespace)["resources"]
         return [trimmed(obj, keep_status) for obj in found]
 
