@@ -6,7 +6,7 @@
 
 Inputs are plain data: gpuops.mig.mig_node_info's result, the Kubernetes Node, the
 cluster's ClusterPolicy and DaemonSets. Nothing here talks to a node or the API.
-Facts about the GPU Operator: reference gpu-operator.md sections 2 to 6.
+Facts about the GPU Operator: docs/gpu-operator.md, "What the collection finds out by itself".
 """
 
 from __future__ import annotations
@@ -327,7 +327,8 @@ def _summary(host, label, decision):
 # -- what the node must advertise afterwards ---------------------------------------
 
 def expected_advertisement(gpus, strategy, with_labels=True):
-    """The device plugin's resources and GFD's labels for these GPUs (mig-facts.md section 4).
+    """The device plugin's resources and GFD's labels for these GPUs (NVIDIA/k8s-device-plugin
+    internal/rm/device_map.go; GFD internal/lm/mig-strategy.go).
 
     gpus: mig_facts GPUs (name, mig_enabled, mig_devices). Values are strings, as on a Node.
     """
