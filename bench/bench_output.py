@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import pathlib
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_fleet import BIN, LAYOUT, REPO, Fleet, KubeAPI, kube_env, plain_wiring, timed  # noqa: E402
+from bench_fleet import BIN, REPO, simulated_fleet, timed  # noqa: E402
 
 CALLBACKS = {"gpuops.mig.rollout": "gpuops.mig.rollout", "default": "ansible.builtin.default"}
 
@@ -30,33 +28,22 @@ CALLBACKS = {"gpuops.mig.rollout": "gpuops.mig.rollout", "default": "ansible.bui
 def lines_printed(hosts, serial, forks, callback, keep=None):
     """{"first": lines, "converged": lines, "first_s", "converged_s"} for one fleet and one callback (lines on
     stdout and stderr together)."""
-    with tempfile.TemporaryDirectory(prefix="bench-output-") as tmp:
-        tmp = pathlib.Path(tmp)
-        (tmp / "scratch").mkdir()
-        api = KubeAPI().start()
-        try:
-            api.write_kubeconfig(tmp / "kubeconfig")
-            fleet = Fleet(tmp, api, kube_env(api, tmp / "scratch"))
-            fleet.env.update(ANSIBLE_FORKS=str(forks), ANSIBLE_STDOUT_CALLBACK=CALLBACKS[callback])
-            for i in range(hosts):
-                name = "gpu-%03d" % i
-                fleet.add(name, "1xH100-SXM5-80GB", mig_node_layouts=LAYOUT, **plain_wiring(fleet, name))
-            site = [os.path.join(BIN, "ansible-playbook"), "-i", fleet.inventory(),
-                    os.path.join(REPO, "playbooks", "site.yml"), "-e",
-                    '{"gpuops_mig_serial": "%s", "gpuops_mig_deploy_device_plugin": false, "mig_node_validate": false}'
-                    % serial]
-            result = {}
-            for run in ("first", "converged"):
-                seconds, _rss, proc = timed(site, fleet.env)
-                # The screen shows both streams (Ansible's warnings go to stderr).
-                result[run] = len(proc.stdout.splitlines()) + len(proc.stderr.splitlines())
-                result[run + "_s"] = seconds
-                if keep:
-                    os.makedirs(keep, exist_ok=True)
-                    with open(os.path.join(keep, "%s-%s-%d.log" % (callback, run, hosts)), "w") as handle:
-                        handle.write(proc.stderr + proc.stdout)
-        finally:
-            api.stop()
+    with simulated_fleet(hosts, forks, "bench-output-") as fleet:
+        fleet.env["ANSIBLE_STDOUT_CALLBACK"] = CALLBACKS[callback]
+        site = [os.path.join(BIN, "ansible-playbook"), "-i", fleet.inventory(),
+                os.path.join(REPO, "playbooks", "site.yml"), "-e",
+                '{"gpuops_mig_serial": "%s", "gpuops_mig_deploy_device_plugin": false, "mig_node_validate": false}'
+                % serial]
+        result = {}
+        for run in ("first", "converged"):
+            seconds, _rss, proc = timed(site, fleet.env)
+            # The screen shows both streams (Ansible's warnings go to stderr).
+            result[run] = len(proc.stdout.splitlines()) + len(proc.stderr.splitlines())
+            result[run + "_s"] = seconds
+            if keep:
+                os.makedirs(keep, exist_ok=True)
+                with open(os.path.join(keep, "%s-%s-%d.log" % (callback, run, hosts)), "w") as handle:
+                    handle.write(proc.stderr + proc.stdout)
     return result
 
 
