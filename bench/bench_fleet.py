@@ -30,6 +30,7 @@ Usage (from the repository root, after scripts/setup.sh):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import re
@@ -91,8 +92,11 @@ def plain_wiring(fleet, name):
     }
 
 
-def measure(hosts, serial, forks, profile=False, drift=0, example_wiring=False, repeat=3):
-    with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
+@contextlib.contextmanager
+def simulated_fleet(hosts, forks, prefix, example_wiring=False):
+    """A Fleet of `hosts` simulated one-H100 hosts (gpu-000, ...) with LAYOUT declared, nodes of a Kubernetes API
+    emulator that runs until the block ends, in a scratch directory removed then."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         tmp = pathlib.Path(tmp)
         (tmp / "scratch").mkdir()
         api = KubeAPI().start()
@@ -104,41 +108,46 @@ def measure(hosts, serial, forks, profile=False, drift=0, example_wiring=False, 
                 name = "gpu-%03d" % i
                 fleet.add(name, "1xH100-SXM5-80GB", mig_node_layouts=LAYOUT,
                           **({} if example_wiring else plain_wiring(fleet, name)))
-            inventory = fleet.inventory()
-            extra = ["-e", '{"gpuops_mig_serial": "%s", "gpuops_mig_deploy_device_plugin": false, '
-                           '"mig_node_validate": false}' % serial]
-            ping_cmd = [os.path.join(BIN, "ansible"), "-i", inventory, "gpu_nodes", "-m", "ping"]
-            site = [os.path.join(BIN, "ansible-playbook"), "-i", inventory, os.path.join(REPO, "playbooks", "site.yml")]
-            first = timed(site + extra, fleet.env)[0]
-            env = dict(fleet.env)
-            if profile:  # where the re-run's time goes, per task (printed, not part of the results)
-                env.update(ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_tasks", PROFILE_TASKS_TASK_OUTPUT_LIMIT="40")
-            # A ping sweep, then the converged re-run, `repeat` times in turn: the medians (a single
-            # ping sweep on a shared 2-core machine varies by a fifth between runs).
-            pings, agains, rss = [], [], 0.0
-            for _round in range(repeat):
-                pings.append(timed(ping_cmd, fleet.env)[0])
-                seconds, peak, proc = timed(site + extra, env)
-                agains.append(seconds)
-                rss = max(rss, peak)
-                if profile:
-                    print(proc.stdout[proc.stdout.rfind("PLAY RECAP"):], flush=True)
-                if not re.search(r"changed=0 ", proc.stdout) or re.search(r"changed=[1-9]", proc.stdout):
-                    raise SystemExit("the re-run changed something:\n" + proc.stdout[-3000:])
-            ping, again = statistics.median(pings), statistics.median(agains)
-            drifted = None
-            if drift:
-                for i in range(min(drift, hosts)):
-                    fleet.hosts["gpu-%03d" % i]["mig_node_layouts"] = DRIFTED
-                fleet.inventory()   # rewritten in place
-                drifted, _rss, proc = timed(site + extra, env)
-                if profile:
-                    print(proc.stdout[proc.stdout.rfind("PLAY RECAP"):], flush=True)
-                changed = set(re.findall(r"^(gpu-\d+) +: .*changed=[1-9]", proc.stdout, flags=re.M))
-                if len(changed) != min(drift, hosts):
-                    raise SystemExit("expected %d node(s) to change, %d did" % (min(drift, hosts), len(changed)))
+            yield fleet
         finally:
             api.stop()
+
+
+def measure(hosts, serial, forks, profile=False, drift=0, example_wiring=False, repeat=3):
+    with simulated_fleet(hosts, forks, "bench-fleet-", example_wiring) as fleet:
+        inventory = fleet.inventory()
+        extra = ["-e", '{"gpuops_mig_serial": "%s", "gpuops_mig_deploy_device_plugin": false, '
+                       '"mig_node_validate": false}' % serial]
+        ping_cmd = [os.path.join(BIN, "ansible"), "-i", inventory, "gpu_nodes", "-m", "ping"]
+        site = [os.path.join(BIN, "ansible-playbook"), "-i", inventory, os.path.join(REPO, "playbooks", "site.yml")]
+        first = timed(site + extra, fleet.env)[0]
+        env = dict(fleet.env)
+        if profile:  # where the re-run's time goes, per task (printed, not part of the results)
+            env.update(ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_tasks", PROFILE_TASKS_TASK_OUTPUT_LIMIT="40")
+        # A ping sweep, then the converged re-run, `repeat` times in turn: the medians (a single
+        # ping sweep on a shared 2-core machine varies by a fifth between runs).
+        pings, agains, rss = [], [], 0.0
+        for _round in range(repeat):
+            pings.append(timed(ping_cmd, fleet.env)[0])
+            seconds, peak, proc = timed(site + extra, env)
+            agains.append(seconds)
+            rss = max(rss, peak)
+            if profile:
+                print(proc.stdout[proc.stdout.rfind("PLAY RECAP"):], flush=True)
+            if not re.search(r"changed=0 ", proc.stdout) or re.search(r"changed=[1-9]", proc.stdout):
+                raise SystemExit("the re-run changed something:\n" + proc.stdout[-3000:])
+        ping, again = statistics.median(pings), statistics.median(agains)
+        drifted = None
+        if drift:
+            for i in range(min(drift, hosts)):
+                fleet.hosts["gpu-%03d" % i]["mig_node_layouts"] = DRIFTED
+            fleet.inventory()   # rewritten in place
+            drifted, _rss, proc = timed(site + extra, env)
+            if profile:
+                print(proc.stdout[proc.stdout.rfind("PLAY RECAP"):], flush=True)
+            changed = set(re.findall(r"^(gpu-\d+) +: .*changed=[1-9]", proc.stdout, flags=re.M))
+            if len(changed) != min(drift, hosts):
+                raise SystemExit("expected %d node(s) to change, %d did" % (min(drift, hosts), len(changed)))
     return {"hosts": hosts, "ping": ping, "first": first, "converged": again, "rss": rss, "drift": drift,
             "drifted": drifted, "example_wiring": example_wiring, "pings": pings, "agains": agains}
 

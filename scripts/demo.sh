@@ -7,15 +7,57 @@
 #   4. run playbooks/site.yml against examples/simulated-fleet/inventory.yml
 #   5. print the fleet report (playbooks/facts.yml)
 #   6. run site.yml again and show that nothing changed
-# Everything lives under .build/demo/ and is recreated on every run.
+# Everything lives under .build/demo/. The simulated hosts (state files there) and the emulated cluster (a
+# server left running, its pid in .build/demo/kubeapi.pid) stay, so that running the demo again shows the
+# converged re-run of the fleet as it was left: site.yml and the fleet report, nothing changed.
+#   scripts/demo.sh            the first time (or when the cluster is gone): steps 1-6; after that: the re-run
+#   scripts/demo.sh --fresh    start over: a new fleet and cluster, steps 1-6
+#   scripts/demo.sh --stop     stop the emulated cluster (the next run starts over)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-./scripts/setup.sh
+
+mode=auto
+for arg in "$@"; do
+  case $arg in
+    --fresh) mode=fresh ;;
+    --stop) mode=stop ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "demo: unknown argument $arg (--fresh, --stop or --help)" >&2; exit 2 ;;
+  esac
+done
 
 demo=$root/.build/demo
-rm -rf "$demo"
-mkdir -p "$demo"
+# The emulator this script left running, if it still runs (the pid must still be that emulator).
+api_pid() {
+  local pid
+  pid=$(cat "$demo/kubeapi.pid" 2>/dev/null) || return 1
+  tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q "tests.support.kubeapi.*$demo/cluster.yaml" || return 1
+  echo "$pid"
+}
+stop_api() {
+  local pid
+  if pid=$(api_pid); then
+    kill "$pid"
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  fi
+  rm -f "$demo/kubeapi.pid"
+}
+
+if [ "$mode" = stop ]; then
+  stop_api
+  echo "demo: the emulated cluster is stopped; the next scripts/demo.sh starts over"
+  exit 0
+fi
+./scripts/setup.sh
+if [ "$mode" = auto ] && api_pid > /dev/null && [ -f "$demo/first-run-done" ]; then
+  mode=rerun
+else
+  stop_api
+  rm -rf "$demo"
+  mkdir -p "$demo"
+fi
+
 export PATH="$root/.venv/bin:$PATH"
 export ANSIBLE_COLLECTIONS_PATH="$root/.build/collections"
 export ANSIBLE_NOCOLOR=${ANSIBLE_NOCOLOR:-1}
@@ -27,6 +69,38 @@ export GPUOPS_SIM_DIR="$demo" GPUOPS_SIM_REPO="$root"
 export HELM_CACHE_HOME="$demo/helm/cache" HELM_CONFIG_HOME="$demo/helm/config" HELM_DATA_HOME="$demo/helm/data"
 export KUBECACHEDIR="$demo/kube-cache"
 inventory=examples/simulated-fleet/inventory.yml
+export K8S_AUTH_KUBECONFIG="$demo/kubeconfig" KUBECONFIG="$demo/kubeconfig"
+
+converged_rerun() {
+  echo "== playbooks/site.yml again: nothing changes"
+  ansible-playbook -i "$inventory" playbooks/site.yml -e gpuops_mig_canary=true -e gpuops_mig_serial=2 \
+    > "$demo/$1"
+  cat "$demo/$1"
+  if grep -Eq 'changed=[1-9]|: [1-9][0-9]* changed' "$demo/$1"; then
+    echo "demo: the re-run changed something (see $demo/$1)" >&2
+    exit 1
+  fi
+}
+
+report() {
+  echo "== playbooks/facts.yml"
+  ansible-playbook -i "$inventory" playbooks/facts.yml -e gpuops_mig_report_file="$demo/mig-fleet-report.json" \
+    > "$demo/facts.log"
+  cat "$demo/mig-fleet-report.txt"
+  echo "  (machine-readable: $demo/mig-fleet-report.json)"
+  echo
+  kubectl get nodes -o custom-columns='NODE:.metadata.name,CORDONED:.spec.unschedulable,MIG CONFIG:.metadata.labels.nvidia\.com/mig\.config,STATE:.metadata.labels.nvidia\.com/mig\.config\.state'
+}
+
+if [ "$mode" = rerun ]; then
+  echo "== the fleet and cluster the last scripts/demo.sh left (.build/demo, emulator pid $(api_pid))"
+  run=$(( $(cat "$demo/runs" 2>/dev/null || echo 2) + 1 ))
+  converged_rerun "site-$run.log"
+  echo "$run" > "$demo/runs"
+  report
+  echo "demo: converged re-run, nothing changed; scripts/demo.sh --fresh starts over, --stop stops the cluster"
+  exit 0
+fi
 
 echo "== simulated GPU hosts"
 python - "$demo" <<'PY'
@@ -67,33 +141,25 @@ with open("%s/cluster.yaml" % demo, "w") as f:
 PY
 
 echo "== Kubernetes API emulator"
-python -m tests.support.kubeapi --port 0 --seed "$demo/cluster.yaml" --kubeconfig "$demo/kubeconfig" \
-  > "$demo/kubeapi.json" 2> "$demo/kubeapi.log" &
-api_pid=$!
-trap 'kill $api_pid 2>/dev/null || true' EXIT
+# In a session of its own, so that it outlives this script for the next run's converged re-run.
+setsid python -m tests.support.kubeapi --port 0 --seed "$demo/cluster.yaml" --kubeconfig "$demo/kubeconfig" \
+  > "$demo/kubeapi.json" 2> "$demo/kubeapi.log" < /dev/null &
+echo $! > "$demo/kubeapi.pid"
+# Until the first rollout is through, a failure stops the cluster too (the next run starts over).
+trap 'stop_api' EXIT
 for _ in $(seq 50); do [ -s "$demo/kubeapi.json" ] && break; sleep 0.2; done
 [ -s "$demo/kubeapi.json" ] || { cat "$demo/kubeapi.log"; exit 1; }
-export K8S_AUTH_KUBECONFIG="$demo/kubeconfig" KUBECONFIG="$demo/kubeconfig"
 echo "  $(cat "$demo/kubeapi.json")"
 
 echo "== playbooks/site.yml (a canary node first, then the rest)"
 ansible-playbook -i "$inventory" playbooks/site.yml -e gpuops_mig_canary=true -e gpuops_mig_serial=2 \
   | tee "$demo/site-1.log"
 
-echo "== playbooks/facts.yml"
-ansible-playbook -i "$inventory" playbooks/facts.yml -e gpuops_mig_report_file="$demo/mig-fleet-report.json" \
-  > "$demo/facts.log"
-cat "$demo/mig-fleet-report.txt"
-echo "  (machine-readable: $demo/mig-fleet-report.json)"
-echo
-kubectl get nodes -o custom-columns='NODE:.metadata.name,CORDONED:.spec.unschedulable,MIG CONFIG:.metadata.labels.nvidia\.com/mig\.config,STATE:.metadata.labels.nvidia\.com/mig\.config\.state'
-
-echo "== playbooks/site.yml again: nothing changes"
-ansible-playbook -i "$inventory" playbooks/site.yml -e gpuops_mig_canary=true -e gpuops_mig_serial=2 \
-  > "$demo/site-2.log"
-cat "$demo/site-2.log"
-if grep -Eq 'changed=[1-9]|: [1-9][0-9]* changed' "$demo/site-2.log"; then
-  echo "demo: the second run changed something (see $demo/site-2.log)" >&2
-  exit 1
-fi
+report
+converged_rerun site-2.log
+echo 2 > "$demo/runs"
+touch "$demo/first-run-done"
+trap - EXIT
 echo "demo: second run changed nothing; logs and state under $demo"
+echo "demo: the emulated cluster keeps running (pid $(api_pid)): scripts/demo.sh again shows the converged"
+echo "      re-run, --fresh starts over, --stop stops it"

@@ -19,43 +19,30 @@ from ansible.errors import AnsibleError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.gpuops.mig.plugins.module_utils import _k8s_objects as k8s_objects
 from ansible_collections.gpuops.mig.plugins.module_utils import _migparted as migparted
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_decision as node_decision
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _preflight as preflight
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _role_contract as role_contract
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _variable_names as variable_names
+
+# The options the mig_node role's variables feed (role_variables=true) take their type, choices and default from
+# the role's argument spec (plugin_utils/_role_contract.py); a config may also be text here.
+ROLE_OPTIONS = role_contract.role_options()
+# The boot-time restore (option restore), when mig_node_persist is true.
+RESTORE_OPTIONS = role_contract.restore_options()
 
 ARGUMENT_SPEC = dict(
     decide=dict(type="bool", default=True),
     role_variables=dict(type="bool", default=False),
-    kubernetes=dict(type="bool", default=False),
-    k8s_node_name=dict(type="str"),
     nodes=dict(type="list", elements="dict", default=[]),
     cluster_policies=dict(type="list", elements="dict", default=[]),
     daemonsets=dict(type="list", elements="dict", default=[]),
     configmaps=dict(type="dict", default={}),
-    config=dict(type="raw"),
-    config_file=dict(type="str"),
-    layouts=dict(type="list", elements="dict"),
-    configmap=dict(type="str"),
-    configmap_namespace=dict(type="str"),
-    configmap_key=dict(type="str", default="config.yaml"),
     plan=dict(type="dict"),
-    config_name=dict(type="str", default=""),
-    config_from_label=dict(type="bool", default=True),
-    allow_unmatched=dict(type="bool", default=False),
-    force=dict(type="bool", default=False),
-    strategy=dict(type="str", default=""),
-    operator_mode=dict(type="str", default="auto"),
-    cordoned_annotation=dict(type="str", default="gpuops.mig/cordoned"),
-    reboot_method=dict(type="str", default="reboot", choices=["reboot", "command"]),
-    reboot_command=dict(type="str", default=""),
+    cordoned_annotation=dict(type="str", default=k8s_objects.ANNOTATION_CORDONED),
     restore=dict(type="dict"),
-    driver_root=dict(type="str", default="auto"),
-    drain=dict(type="raw", default=True),
-    read_allocations=dict(type="bool", default=True),
-    pod_resources_socket=dict(type="str", default="/var/lib/kubelet/pod-resources/kubelet.sock"),
-    owed_file=dict(type="str", default="/var/lib/gpuops-mig/owed.json"),
     lease=dict(type="dict"),
     preflight=dict(type="dict", options=dict(
         require_mig_capable=dict(type="bool", default=True),
@@ -66,29 +53,7 @@ ARGUMENT_SPEC = dict(
         nvml_package=dict(type="str", default="nvidia-ml-py"),
         pip_extra_args=dict(type="str", default=""),
     )),
-)
-
-# With role_variables, the options that come from the mig_node role's variables (as its argument spec types
-# them), unless the task gives them: one templating of the role's variables per node, where passing ~25 templated
-# arguments cost a converged node more than its decision. Empty strings are "not set", as the option's default.
-ROLE_OPTIONS = (
-    ("kubernetes", "mig_node_kubernetes"), ("k8s_node_name", "mig_node_k8s_node_name"),
-    ("config", "mig_node_config"), ("config_file", "mig_node_config_file"), ("layouts", "mig_node_layouts"),
-    ("configmap", "mig_node_config_configmap"), ("configmap_namespace", "mig_node_config_configmap_namespace"),
-    ("configmap_key", "mig_node_config_configmap_key"), ("config_name", "mig_node_config_name"),
-    ("config_from_label", "mig_node_config_from_label"), ("allow_unmatched", "mig_node_allow_unmatched"),
-    ("force", "mig_node_force"), ("strategy", "mig_node_mig_strategy"), ("operator_mode", "mig_node_operator_mode"),
-    ("reboot_method", "mig_node_reboot_method"), ("reboot_command", "mig_node_reboot_command"),
-    ("driver_root", "mig_node_driver_root"), ("drain", "mig_node_drain"),
-    ("read_allocations", "mig_node_read_allocations"), ("pod_resources_socket", "mig_node_pod_resources_socket"),
-    ("owed_file", "mig_node_owed_file"),
-)
-# The boot-time restore (option restore), when mig_node_persist is true.
-RESTORE_OPTIONS = (
-    ("reset", "mig_node_reset_gpus"), ("before", "mig_node_persist_unit_before"),
-    ("python", "mig_node_persist_python"), ("root", "mig_node_persist_root"),
-    ("config_dir", "mig_node_persist_config_dir"), ("lib_dir", "mig_node_persist_lib_dir"),
-    ("script", "mig_node_persist_script"), ("unit_dir", "mig_node_persist_unit_dir"),
+    **role_contract.node_preview_spec({"config": {"type": "raw"}})
 )
 
 # What counts as "not set" for a setting (the roles' defaults are empty strings and lists).

@@ -53,8 +53,14 @@ PACKAGE = "ansible_collections.gpuops.mig.plugins.module_utils"
 ENTRY = PACKAGE + "._boot_restore"
 FORMAT = 1
 UNIT_NAME = "gpuops-mig-restore.service"
-DEFAULT_DESIRED = "/etc/gpuops-mig/desired.json"
+# Where the restore goes on a node by default (the module's options, the mig_node role's mig_node_persist_*
+# defaults and tools/gpuops-mig-restore repeat them; a unit test holds them together).
+DESIRED_FILE = "desired.json"
+DEFAULT_CONFIG_DIR = "/etc/gpuops-mig"
 DEFAULT_ENGINE_DIR = "/usr/local/lib/gpuops-mig"
+DEFAULT_SCRIPT = "/usr/local/sbin/gpuops-mig-restore"
+DEFAULT_UNIT_DIR = "/etc/systemd/system"
+DEFAULT_DESIRED = DEFAULT_CONFIG_DIR + "/" + DESIRED_FILE
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_PENDING = 0, 1, 2, 3
 
@@ -148,7 +154,7 @@ def bundle(paths, desired, python, before=(), after=(), read_source=None):
     for name, source in sorted(engine_sources(read_source=read_source).items()):
         files[os.path.join(package_dir, name.rsplit(".", 1)[1] + ".py")] = (source, 0o644)
     files[paths["script"]] = (launcher(python, paths["lib_dir"]), 0o755)
-    desired_path = os.path.join(paths["config_dir"], "desired.json")
+    desired_path = os.path.join(paths["config_dir"], DESIRED_FILE)
     files[os.path.join(paths["unit_dir"], UNIT_NAME)] = (
         unit_text(python, paths["script"], desired_path, paths["lib_dir"], before, after,
                   container_driver=bool(desired.get("wait_for_driver"))), 0o644)
@@ -210,7 +216,7 @@ def bundle_for(params, python):
 def installed_stamp(config_dir):
     """The stamp of the restore installed on this host, or None."""
     try:
-        with open(os.path.join(config_dir, "desired.json")) as handle:
+        with open(os.path.join(config_dir, DESIRED_FILE)) as handle:
             return json.load(handle).get("installed")
     except (IOError, OSError, ValueError, AttributeError):
         return None
@@ -444,7 +450,7 @@ def install_files(files, paths, uid, gid, dry_run=False):
     directories created or brought back to their owner and mode, the desired state last (its stamp says the
     rest is in place); removed: what lay under lib_dir and was not the restore's. Call refuse_unsafe first."""
     differs = drift(files, paths, uid, gid)
-    desired_path = os.path.join(paths["config_dir"], "desired.json")
+    desired_path = os.path.join(paths["config_dir"], DESIRED_FILE)
     own = own_dirs(files, paths)
     directories = sorted(path for path in differs if path in own)
     removed = [path for path in differs if path not in files and path not in own]

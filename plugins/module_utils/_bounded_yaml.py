@@ -25,6 +25,8 @@ inside the node it names is refused, and the tags !!set, !!omap and !!pairs
 
 from __future__ import annotations
 
+from typing import Any
+
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import ParseError, excerpt
 
 MAX_CHARS = 1024 * 1024
@@ -40,7 +42,7 @@ _NOT_SCALAR_TAGS = ("tag:yaml.org,2002:seq", "tag:yaml.org,2002:map", "tag:yaml.
 _NO_KEY = object()
 
 
-def load(text, origin):
+def load(text: str, origin: str) -> Any:
     """The one YAML document of ``text`` as Python data (None for an empty stream).
 
     Raises ParseError (a ConfigError) naming ``origin`` and the line for text that is

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import traceback
 from contextlib import contextmanager
+from typing import Any, Callable, Iterator, NoReturn
 
-from ansible.module_utils.basic import missing_required_lib
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import (
     ApplyError,
@@ -57,7 +58,7 @@ POD_RESOURCES_ARG_SPEC = dict(
 )
 
 
-def allocations_of(module):
+def allocations_of(module: AnsibleModule) -> dict[str, Any]:
     """Which pods hold which devices, per the module's read_allocations and pod_resources_socket options:
     ``{"allocations", "allocations_source", "allocations_error"}`` (see _podresources.read_allocations)."""
     if not module.params["read_allocations"]:
@@ -66,11 +67,17 @@ def allocations_of(module):
     return read_allocations(module.params["pod_resources_socket"])
 
 
-def fail_from(module, error, **result):
+# What missing_required_lib() adds to its message when the host's Python cannot import pynvml.
+NVML_LIBRARY_REASON = ("to read and change the GPUs through NVML (import pynvml). The gpuops.mig.mig_preflight role "
+                       "installs it with mig_preflight_install_nvml=true")
+
+
+def fail_from(module: AnsibleModule, error: GpuopsError, **result: Any) -> NoReturn:
     """End the module with an engine error: its message, the traceback as ``exception``,
     the NVML error by its pynvml name, and after a part-way failure what was done."""
     if isinstance(error, MissingLibrary):
-        module.fail_json(msg=missing_required_lib("nvidia-ml-py"), exception=PYNVML_IMPORT_ERROR, **result)
+        module.fail_json(msg=missing_required_lib("nvidia-ml-py", reason=NVML_LIBRARY_REASON),
+                         exception=PYNVML_IMPORT_ERROR, **result)
     message = str(error)
     if isinstance(error, DriverNotFound):
         message = "No usable NVIDIA driver on this host: %s" % message
@@ -87,7 +94,7 @@ def fail_from(module, error, **result):
 
 
 @contextmanager
-def nvml_session(module, **result):
+def nvml_session(module: AnsibleModule, **result: Any) -> Iterator[Nvml]:
     """An NVML session (driver found per the driver_root option, if the module has it) in
     which any engine error ends the module through fail_from, never as a bare traceback.
     ``result`` is returned with such a failure too."""
@@ -98,9 +105,9 @@ def nvml_session(module, **result):
         fail_from(module, e, **result)
 
 
-def module_run_command(module):
+def module_run_command(module: AnsibleModule) -> Callable[..., tuple[int, str, str]]:
     """Adapter from AnsibleModule.run_command to the ``run(argv, env) -> (rc, out, err)`` the engine
     uses; a program that cannot run raises OSError to the engine instead of ending the module."""
-    def run(argv, env=None):
+    def run(argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str, str]:
         return module.run_command(argv, environ_update=env, handle_exceptions=False)
     return run

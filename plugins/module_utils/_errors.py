@@ -12,6 +12,7 @@ only _common.fail_from turns an error into the module's failure.
 from __future__ import annotations
 
 import reprlib
+from typing import Any, Mapping
 
 
 class GpuopsError(Exception):
@@ -22,7 +23,7 @@ class GpuopsError(Exception):
     ``details`` are further result keys for the caller (the per-GPU view of a refusal).
     """
 
-    def __init__(self, message, report=None, details=None):
+    def __init__(self, message: str, report: Any = None, details: Mapping[str, Any] | None = None) -> None:
         super(GpuopsError, self).__init__(message)
         self.report = report
         self.details = dict(details or {})
@@ -63,7 +64,8 @@ class NvmlError(GpuopsError):
     ``code`` is NVML's return code and ``name`` its pynvml name (NVML_ERROR_IN_USE), when known.
     """
 
-    def __init__(self, message, code=None, name=None, report=None, details=None):
+    def __init__(self, message: str, code: int | None = None, name: str | None = None, report: Any = None,
+                 details: Mapping[str, Any] | None = None) -> None:
         super(NvmlError, self).__init__(message, report, details)
         self.code = code
         self.name = name
@@ -93,7 +95,7 @@ class _Excerpt(reprlib.Repr):
         return super(_Excerpt, self).repr_int(x, level)
 
 
-def excerpt(value, limit=60, quote=True):
+def excerpt(value: Any, limit: int = 60, quote: bool = True) -> str:
     """A short, escaped text of ``value`` for a message: its repr() cut to about ``limit`` characters
     (and a few items, a few levels deep), never the whole of a value that may be huge or hostile.
     With ``quote=False`` a short printable string is shown as it is."""

@@ -12,6 +12,8 @@ and only then change anything, so bad input changes nothing.
 
 from __future__ import annotations
 
+from typing import Any, Iterable, Mapping, Sequence
+
 from ansible_collections.gpuops.mig.plugins.module_utils import _gpu_layout as layout
 from ansible_collections.gpuops.mig.plugins.module_utils import _migparted as migparted
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import (
@@ -21,7 +23,7 @@ from ansible_collections.gpuops.mig.plugins.module_utils._errors import (
     RefusedError,
 )
 from ansible_collections.gpuops.mig.plugins.module_utils._gpu_layout import mig_device_name
-from ansible_collections.gpuops.mig.plugins.module_utils._nvml import terminate_processes
+from ansible_collections.gpuops.mig.plugins.module_utils._nvml import Nvml, terminate_processes
 
 # Compute-instance profile constants by SM-slice count (NVML_COMPUTE_INSTANCE_PROFILE_*).
 _CI_CONSTANT = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
@@ -29,7 +31,9 @@ _CI_CONSTANT = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
 
 # -- input -------------------------------------------------------------------
 
-def load_entries(config=None, config_file=None, config_name=None, layouts=None, origin=None):
+def load_entries(config: str | bytes | Mapping[str, Any] | None = None, config_file: str | None = None,
+                 config_name: str | None = None, layouts: list[Mapping[str, Any]] | None = None,
+                 origin: str | None = None) -> tuple[migparted.ConfigEntry, ...]:
     """ConfigEntry values from a mig-parted config (inline or a file) or inline layouts.
 
     ``origin`` names where an inline config or layouts came from (e.g. a ConfigMap), for messages."""
@@ -42,7 +46,8 @@ def load_entries(config=None, config_file=None, config_name=None, layouts=None, 
     return parsed.select(config_name)
 
 
-def resolve(nvml, entries, allow_unmatched=False):
+def resolve(nvml: Nvml, entries: Sequence[migparted.ConfigEntry],
+            allow_unmatched: bool = False) -> tuple[migparted.Resolution, dict[int, dict[str, Any]]]:
     """Match entries to this host's GPUs; returns (Resolution, {index: gpu identity})."""
     gpus = {}
     host = []
@@ -65,7 +70,7 @@ def resolve(nvml, entries, allow_unmatched=False):
     return resolution, gpus
 
 
-def checkpoint_layouts(gpus):
+def checkpoint_layouts(gpus: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The exact layout of GPUs described by Nvml.describe(), as inline layouts mig_config takes back.
 
     One layout per MIG-capable GPU: its index, its PCI device ID as device_filter (so the
@@ -101,7 +106,7 @@ def checkpoint_layouts(gpus):
 
 # -- reading -----------------------------------------------------------------
 
-def derived_ci_profiles(gi_name, gi_sm_slices):
+def derived_ci_profiles(gi_name: str, gi_sm_slices: int) -> tuple[layout.CiProfile, ...]:
     """Compute-instance profiles of a GI profile, by the rule NVIDIA's tools use.
 
     NVML lists CI profiles only for an existing GPU instance, so planning a new
@@ -120,7 +125,7 @@ def derived_ci_profiles(gi_name, gi_sm_slices):
     return tuple(profiles)
 
 
-def read_geometry(nvml, index):
+def read_geometry(nvml: Nvml, index: int) -> layout.GpuGeometry:
     """The GPU model's geometry as the planner needs it, from NVML's profile list."""
     profiles = nvml.gi_profiles(index)
     if not profiles:
@@ -129,7 +134,7 @@ def read_geometry(nvml, index):
     return geometry_from_profiles(profiles)
 
 
-def geometry_from_profiles(profiles):
+def geometry_from_profiles(profiles: Sequence[Mapping[str, Any]]) -> layout.GpuGeometry:
     """A GPU's geometry from its GPU-instance profiles as mig_facts reports them (supported_profiles)."""
     gi_profiles = []
     for p in profiles:
@@ -144,7 +149,8 @@ def geometry_from_profiles(profiles):
     return layout.GpuGeometry(memory_slices=memory_slices, sm_slices=sm_slices, profiles=tuple(gi_profiles))
 
 
-def read_layout(nvml, index, holders=None):
+def read_layout(nvml: Nvml, index: int, holders: dict[str, tuple[str, ...]] | None = None
+                ) -> tuple[layout.GpuInstance, ...]:
     """The GPU's instances as planner values (ids, placements, PIDs, UUIDs).
 
     holders: {device UUID: ("namespace/pod/container", ...)} from the kubelet (_podresources); a MIG
@@ -170,7 +176,7 @@ def read_layout(nvml, index, holders=None):
 class GpuWork(object):
     """Everything about one GPU between planning and reporting."""
 
-    def __init__(self, target, gpu, mode):
+    def __init__(self, target: migparted.GpuTarget, gpu: dict[str, Any], mode: tuple[int, int] | None) -> None:
         self.target = target
         self.gpu = gpu
         self.index = gpu["index"]
@@ -184,7 +190,9 @@ class GpuWork(object):
         self.after = None
 
 
-def plan_host(nvml, resolution, gpus, force=False, check_mode=False, evict_pods=False, holders=None):
+def plan_host(nvml: Nvml, resolution: migparted.Resolution, gpus: dict[int, dict[str, Any]], force: bool = False,
+              check_mode: bool = False, evict_pods: bool = False,
+              holders: dict[str, tuple[str, ...]] | None = None) -> list[GpuWork]:
     """Read and plan every targeted GPU; raise RefusedError before any change.
 
     evict_pods: plan as if the pods holding devices may be evicted (the plans name them in
@@ -227,7 +235,7 @@ def plan_host(nvml, resolution, gpus, force=False, check_mode=False, evict_pods=
 
 # -- acting ------------------------------------------------------------------
 
-def apply_host(nvml, work, force_timeout=10.0, destroy_allocated=False):
+def apply_host(nvml: Nvml, work: list[GpuWork], force_timeout: float = 10.0, destroy_allocated: bool = False) -> None:
     """Carry out the plans GPU by GPU: destroy, then create with explicit placements.
 
     A GPU instance whose compute instances cannot all be created is destroyed
@@ -338,19 +346,19 @@ def _step(action, item, gi, ci=None, gi_id=None):
 
 # -- reporting ---------------------------------------------------------------
 
-def item_changed(item):
+def item_changed(item: GpuWork) -> bool:
     """A GPU changes when its plan does, or (check mode) when its mode is not yet right."""
     return bool(item.mode_mismatch) or bool(item.plan is not None and item.plan.changed)
 
 
-def reread(nvml, work):
+def reread(nvml: Nvml, work: list[GpuWork]) -> None:
     """Read the resulting layouts (UUIDs of new devices included)."""
     for item in work:
         if item.geometry is not None and nvml.mig_mode(item.index)[0] == 1:
             item.after = read_layout(nvml, item.index)
 
 
-def report(work, failed=None, error=None):
+def report(work: list[GpuWork], failed: GpuWork | None = None, error: str | None = None) -> list[dict[str, Any]]:
     """Per GPU: what the plan is, what was done, and (after a failure) what was not."""
     out = []
     for item in work:
@@ -376,7 +384,7 @@ def report(work, failed=None, error=None):
     return out
 
 
-def diff(work, check_mode):
+def diff(work: list[GpuWork], check_mode: bool) -> dict[str, str]:
     """Readable before/after layouts per GPU (after = the plan's result in check mode)."""
     before, after = [], []
     for item in work:

@@ -13,13 +13,17 @@ change nothing.
 
 from __future__ import annotations
 
+from typing import Any, Callable, Collection, Sequence
+
 from ansible_collections.gpuops.mig.plugins.module_utils import _host_layout as host_layout
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import ApplyError, NvmlError, RefusedError
 from ansible_collections.gpuops.mig.plugins.module_utils._gpu_selection import explicitly_selected, select_gpus
+from ansible_collections.gpuops.mig.plugins.module_utils._migparted import ConfigEntry, Resolution
 from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
     MODE_PERSISTENT_ARCHITECTURES,
     RESET_HINTS,
     SBIN_DIRS,
+    Nvml,
     busy_devices,
     describe_busy,
     error_name,
@@ -38,14 +42,15 @@ class ModeRequest(object):
     """The mode each GPU should have: {index: 0/1}, the GPUs named one by one, and for a
     config the resolution of its entries (what _host_layout plans the geometry from)."""
 
-    def __init__(self, wanted, explicit=frozenset(), resolution=None, gpus=None):
+    def __init__(self, wanted: dict[int, int], explicit: Collection[int] = frozenset(),
+                 resolution: Resolution | None = None, gpus: dict[int, dict[str, Any]] | None = None) -> None:
         self.wanted = wanted
         self.explicit = explicit
         self.resolution = resolution
         self.gpus = gpus
 
 
-def request_from_selection(nvml, mode, selectors):
+def request_from_selection(nvml: Nvml, mode: str, selectors: list[str]) -> ModeRequest:
     """A ModeRequest for ``mode`` ("enabled"/"disabled") on the GPUs the selectors name."""
     identities = [nvml.gpu(i) for i in range(nvml.gpu_count())]
     selected = select_gpus(identities, selectors)
@@ -53,7 +58,8 @@ def request_from_selection(nvml, mode, selectors):
     return ModeRequest(dict((g["index"], value) for g in selected), explicitly_selected(identities, selectors))
 
 
-def request_from_config(nvml, entries, allow_unmatched=False, force=False):
+def request_from_config(nvml: Nvml, entries: Sequence[ConfigEntry], allow_unmatched: bool = False,
+                        force: bool = False) -> ModeRequest:
     """A ModeRequest from a mig-parted config or inline layouts (GPUs no entry selects are left alone).
 
     The whole config is validated for the GPUs it selects, geometry included, before
@@ -65,13 +71,13 @@ def request_from_config(nvml, entries, allow_unmatched=False, force=False):
     return request_from_resolution(resolution, gpus)
 
 
-def request_from_resolution(resolution, gpus):
+def request_from_resolution(resolution: Resolution, gpus: dict[int, dict[str, Any]]) -> ModeRequest:
     """A ModeRequest for a config already resolved (and validated) against this host's GPUs."""
     return ModeRequest(dict((t.gpu.index, ENABLED if t.mig_enabled else DISABLED) for t in resolution.targets),
                        resolution=resolution, gpus=gpus)
 
 
-def plan(nvml, request, force=False, non_capable="skip"):
+def plan(nvml: Nvml, request: ModeRequest, force: bool = False, non_capable: str = "skip") -> list[dict[str, Any]]:
     """Read every GPU of the request; raise RefusedError (changing nothing) if one cannot take its mode.
 
     Returns the per-GPU records that apply(), reset_pending() and report() work on.
@@ -132,7 +138,7 @@ def _in_the_way(nvml, record, current, force):
     return None
 
 
-def apply(nvml, records, check_mode=False, force_timeout=10.0):
+def apply(nvml: Nvml, records: list[dict[str, Any]], check_mode: bool = False, force_timeout: float = 10.0) -> None:
     """Set the mode of every GPU that needs it (destroying its MIG devices first when disabling).
 
     A failure after the first change raises ApplyError whose report says, per GPU,
@@ -177,7 +183,7 @@ def _next_run(records):
     return "Done before the failure: %s. The next run sets the modes still missing." % "; ".join(done)
 
 
-def reset_command(nvml, records, nvidia_smi="nvidia-smi"):
+def reset_command(nvml: Nvml, records: list[dict[str, Any]], nvidia_smi: str = "nvidia-smi") -> tuple[str, dict[str, str]]:
     """(executable, environment) that reset_pending() runs, checked before any change.
 
     ``nvidia_smi`` is the configured program (check_program's rules). Under a driver root the
@@ -209,7 +215,8 @@ def _reset_expected(record):
     return not record["needs_set"] or record["architecture"] in MODE_PERSISTENT_ARCHITECTURES
 
 
-def reset_pending(nvml, records, run_command, nvidia_smi):
+def reset_pending(nvml: Nvml, records: list[dict[str, Any]], run_command: Callable[..., tuple[int, str, str]],
+                  nvidia_smi: tuple[str, dict[str, str]]) -> None:
     """Reset the GPUs whose new mode is still pending and that nothing runs on.
 
     ``run_command(argv, env)`` runs nvidia-smi; ``nvidia_smi`` is (executable, env)
@@ -238,7 +245,7 @@ def reset_pending(nvml, records, run_command, nvidia_smi):
         record["changed"] = record["changed"] or ok
 
 
-def report(nvml, records, check_mode=False):
+def report(nvml: Nvml, records: list[dict[str, Any]], check_mode: bool = False) -> dict[str, Any]:
     """The modes after the run and what each GPU still needs: none, a reset, or a reboot."""
     for record in records:
         if record["skipped"]:
@@ -274,13 +281,13 @@ def _still_needed(record):
     return "reset", RESET_HINTS[reset["reason"]]
 
 
-def pending_labels(records):
+def pending_labels(records: list[dict[str, Any]]) -> list[str]:
     """'GPU 0 (...) (wants enabled, current disabled)' for each GPU whose mode is still not current."""
     return ["%s (wants %s, current %s)" % (r["label"], mode_name(r["desired"]), r["mig_mode"]["current"])
             for r in records if not r["skipped"] and r["action_required"] != "none"]
 
 
-def diff(records):
+def diff(records: list[dict[str, Any]]) -> dict[str, str]:
     """Readable before/after MIG modes per GPU."""
     return {"before": _render(records, "mig_mode_before"), "after": _render(records, "mig_mode"),
             "before_header": "MIG mode (before)", "after_header": "MIG mode (after)"}
@@ -297,6 +304,6 @@ def _render(records, key):
     return "\n".join(lines) + "\n"
 
 
-def public(records):
+def public(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The records as the module returns them."""
     return [dict((k, v) for k, v in r.items() if k not in _INTERNAL) for r in records]

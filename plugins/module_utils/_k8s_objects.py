@@ -13,6 +13,20 @@ Private to the collection; no Ansible imports (the reads go through the kubernet
 from __future__ import annotations
 
 import copy
+from typing import Any, Iterable, Mapping, Sequence
+
+# The node label protocol shared with the GPU Operator's mig-manager (NVIDIA/mig-parted), and the marks this
+# collection leaves on Kubernetes objects: one home for each name (roles/mig_node/vars/main.yml repeats them for
+# the role's tasks; tests/unit/plugins/plugin_utils/test__role_contract.py holds the two together).
+LABEL_CONFIG = "nvidia.com/mig.config"
+LABEL_STATE = "nvidia.com/mig.config.state"
+LABEL_DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
+PAUSED_VALUE = "paused-for-mig-change"
+ANNOTATION_CORDONED = "gpuops.mig/cordoned"
+ANNOTATION_LAST_ERROR = "gpuops.mig/last-error"
+ANNOTATION_RUN_ID = "gpuops.mig/run-id"
+LABEL_EVICT = "gpuops.mig/evict"
+LABEL_SMOKE_TEST = "gpuops.mig/smoke-test"
 
 # NVIDIA's DRA driver for GPUs (k8s-dra-driver-gpu): the name its chart gives its pods.
 DRA_APP = "dra-driver-nvidia-gpu"
@@ -37,7 +51,7 @@ CLUSTER_READ_OPTIONS = dict(
 )
 
 
-def cluster_read_spec(auth_spec):
+def cluster_read_spec(auth_spec: Mapping[str, Any]) -> dict[str, Any]:
     """gpuops.mig.mig_cluster_info's argument spec, given kubernetes.core's AUTH_ARG_SPEC (module and action
     plugin alike)."""
     spec = copy.deepcopy(auth_spec)
@@ -45,7 +59,7 @@ def cluster_read_spec(auth_spec):
     return spec
 
 
-def is_dra_kubelet_plugin(daemonset):
+def is_dra_kubelet_plugin(daemonset: Mapping[str, Any]) -> bool:
     """Whether a DaemonSet runs NVIDIA's DRA kubelet plugin (by its pods' app label, else by its name)."""
     template = ((daemonset.get("spec") or {}).get("template") or {})
     pod_labels = (template.get("metadata") or {}).get("labels") or {}
@@ -54,7 +68,7 @@ def is_dra_kubelet_plugin(daemonset):
             or (DRA_APP in name and name.endswith("kubelet-plugin")))
 
 
-def trimmed(obj, keep_status=True):
+def trimmed(obj: Mapping[str, Any], keep_status: bool = True) -> dict[str, Any]:
     """The object without metadata.managedFields (the API server's field bookkeeping, often most of an
     object) and, unless keep_status, without its status (a Node's image list and conditions)."""
     obj = dict(obj)
@@ -66,7 +80,7 @@ def trimmed(obj, keep_status=True):
     return obj
 
 
-def operator_namespace(cluster_policies):
+def operator_namespace(cluster_policies: Iterable[Mapping[str, Any]]) -> str:
     for policy in cluster_policies:
         namespace = (policy.get("status") or {}).get("namespace")
         if namespace:
@@ -74,7 +88,7 @@ def operator_namespace(cluster_policies):
     return DEFAULT_OPERATOR_NAMESPACE
 
 
-def operator_configmaps(cluster_policies, node_names):
+def operator_configmaps(cluster_policies: Iterable[Mapping[str, Any]], node_names: Sequence[str]) -> list[str]:
     """The ConfigMaps mig-manager takes its config from, by name: the one each ClusterPolicy names, else the one
     it generates for each node of node_names (<node>-mig-config) and the Helm chart's default."""
     names = []
@@ -84,7 +98,8 @@ def operator_configmaps(cluster_policies, node_names):
     return names
 
 
-def configmaps_to_read(requested, cluster_policies, operator_ns, node_names=()):
+def configmaps_to_read(requested: Iterable[Mapping[str, str]], cluster_policies: Iterable[Mapping[str, Any]],
+                       operator_ns: str, node_names: Sequence[str] = ()) -> dict[str, list[str]]:
     """{namespace: [names]}: the ConfigMaps asked for ({name, namespace}; an empty namespace is the GPU Operator's)
     and, with a ClusterPolicy, the operator's config ConfigMaps; each name once, in a stable order."""
     wanted = {}
@@ -95,9 +110,10 @@ def configmaps_to_read(requested, cluster_policies, operator_ns, node_names=()):
     return dict((namespace, sorted(names)) for namespace, names in sorted(wanted.items()))
 
 
-def read_cluster(service, params):
+def read_cluster(service: Any, params: Mapping[str, Any]) -> dict[str, Any]:
     """What gpuops.mig.mig_cluster_info returns, read through a kubernetes.core K8sService."""
-    def find(kind, api_version, namespace=None, keep_status=True, name=None):
+    def find(kind: str, api_version: str, namespace: str | None = None, keep_status: bool = True,
+             name: str | None = None) -> list[dict[str, Any]]:
         found = service.find(kind, api_version, name=name, namespace=namespace)["resources"]
         return [trimmed(obj, keep_status) for obj in found]
 
@@ -118,6 +134,7 @@ def read_cluster(service, params):
     for namespace, names in wanted.items():
         result["configmaps"][namespace] = [cm for name in names for cm in find("ConfigMap", "v1", namespace, name=name)]
     # The nodes' leases by name (gpuops.mig.mig_node_lease): one a run that died left behind is released.
-    result["leases"] = dict((lease["metadata"]["name"], lease) for name in params["leases"]
-                            for lease in find("Lease", "coordination.k8s.io/v1", params["lease_namespace"], name=name))
+    result["leases"] = dict((lease["metadata"]["name"], lease) for name in params.get("leases") or ()
+                            for lease in find("Lease", "coordination.k8s.io/v1", params.get("lease_namespace") or "default",
+                                              name=name))
     return result

@@ -17,6 +17,7 @@ runs as a module on the node.
 from __future__ import annotations
 
 import datetime
+from typing import Any, Mapping
 
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError
 
@@ -41,16 +42,16 @@ class LeaseHeld(GpuopsError):
     """Another rollout holds the node (refused), or took it from this one (lost)."""
 
 
-def utc_now():
+def utc_now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
 
 
-def format_time(moment):
+def format_time(moment: datetime.datetime) -> str:
     """RFC 3339 with microseconds (a Lease's MicroTime)."""
     return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def parse_time(text):
+def parse_time(text: str | None) -> datetime.datetime | None:
     """A Lease's MicroTime (or an RFC 3339 time without fraction); None when absent or unreadable."""
     if not text:
         return None
@@ -66,7 +67,7 @@ def parse_time(text):
     return moment if moment.tzinfo else moment.replace(tzinfo=datetime.timezone.utc)
 
 
-def holder_identity(holder):
+def holder_identity(holder: Mapping[str, Any]) -> str:
     """The one string that names a holder (a Lease's spec.holderIdentity): the run, where and when it
     started, and its AWX job when there is one."""
     text = "gpuops.mig run %s on %s" % (holder.get("run_id") or "?", holder.get("controller") or "?")
@@ -75,7 +76,7 @@ def holder_identity(holder):
     return text + ", started %s" % (holder.get("started") or "?")
 
 
-def describe(current):
+def describe(current: Mapping[str, Any]) -> str:
     """Who holds a record and since when, for a message."""
     if current.get("holder_identity"):
         who = current["holder_identity"]
@@ -86,7 +87,7 @@ def describe(current):
     return "%s (holds it since %s, last renewed %s, for %s s)" % (who, since, renewed, current.get("duration") or "?")
 
 
-def expired(current, now):
+def expired(current: Mapping[str, Any], now: datetime.datetime) -> bool:
     """Whether the holder stopped renewing: renewTime (else acquireTime) + leaseDurationSeconds < now.
     A record without a time or a duration never expires by itself (someone must look at it)."""
     renewed = parse_time(current.get("renew_time")) or parse_time(current.get("acquire_time"))
@@ -96,12 +97,13 @@ def expired(current, now):
     return renewed + datetime.timedelta(seconds=int(duration)) < now
 
 
-def is_ours(current, holder):
+def is_ours(current: Mapping[str, Any], holder: Mapping[str, Any]) -> bool:
     """Held by this run: the same run ID (the run ID is unique per run; the controller name is not)."""
     return bool(current.get("holder_identity")) and (current.get("holder") or {}).get("run_id") == holder["run_id"]
 
 
-def decide(state, current, holder, now):
+def decide(state: str, current: Mapping[str, Any] | None, holder: Mapping[str, Any],
+           now: datetime.datetime) -> str:
     """What to do with the node's lease record `current` (None: none exists) for `state`
     (acquired, renewed, released) on behalf of `holder` (HOLDER_FIELDS). Returns one of the
     answers above."""
@@ -120,7 +122,7 @@ def decide(state, current, holder, now):
     return LOST if state == "renewed" else REFUSE
 
 
-def held_message(node, current, waited=0):
+def held_message(node: str, current: Mapping[str, Any], waited: int = 0) -> str:
     """The refusal: the node, who holds it and since when, and what to do."""
     waited_text = " after waiting %d s" % waited if waited else ""
     return ("%s: another MIG rollout holds this node%s: %s. Nothing was changed on the node. Run again when "
@@ -128,13 +130,14 @@ def held_message(node, current, waited=0):
             "over once it has not been renewed for its duration." % (node, waited_text, describe(current)))
 
 
-def lost_message(node, current):
+def lost_message(node: str, current: Mapping[str, Any]) -> str:
     return ("%s: this run's lease on the node was taken over by %s while the change was running (it was not "
             "renewed within its duration: raise mig_node_lease_duration). Stopping here; the other run now "
             "owns the node." % (node, describe(current)))
 
 
-def record(holder, now, duration, acquire_time=None):
+def record(holder: Mapping[str, Any], now: datetime.datetime, duration: int | str,
+           acquire_time: str | None = None) -> dict[str, Any]:
     """The record written for `holder`: held since acquire_time (now when None), renewed now."""
     stamp = format_time(now)
     return dict(holder=dict((key, holder.get(key) or "") for key in HOLDER_FIELDS),
@@ -142,7 +145,8 @@ def record(holder, now, duration, acquire_time=None):
                 duration=int(duration))
 
 
-def lease_object(name, namespace, node, rec, resource_version=None):
+def lease_object(name: str, namespace: str, node: str, rec: Mapping[str, Any],
+                 resource_version: str | None = None) -> dict[str, Any]:
     """The coordination.k8s.io/v1 Lease for a record (resource_version: the one read, for an update)."""
     annotations = dict((ANNOTATION_PREFIX + "lease-" + key.replace("_", "-"), rec["holder"].get(key) or "")
                        for key in HOLDER_FIELDS)
@@ -156,7 +160,7 @@ def lease_object(name, namespace, node, rec, resource_version=None):
                           acquireTime=rec["acquire_time"], renewTime=rec["renew_time"]))
 
 
-def from_lease(lease):
+def from_lease(lease: Mapping[str, Any]) -> dict[str, Any]:
     """The record of a Lease object (a dict as the API serves it), with its resourceVersion."""
     spec = lease.get("spec") or {}
     annotations = (lease.get("metadata") or {}).get("annotations") or {}
@@ -168,7 +172,7 @@ def from_lease(lease):
                 resource_version=(lease.get("metadata") or {}).get("resourceVersion"))
 
 
-def outcome(action, current, node):
+def outcome(action: str, current: Mapping[str, Any] | None, node: str) -> dict[str, Any]:
     """The module's result for an action taken: changed, the previous holder taken over, a message."""
     result = dict(changed=action in (CREATE, TAKE, TAKE_OVER, RENEW, RELEASE), action=action)
     if action == TAKE_OVER:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _bounded_yaml as bounded_yaml
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError, excerpt
@@ -82,10 +83,10 @@ class MigPartedConfig:
     configs: dict
 
     @property
-    def names(self):
+    def names(self) -> list[str]:
         return sorted(self.configs)
 
-    def select(self, name=None):
+    def select(self, name: str | None = None) -> tuple[ConfigEntry, ...]:
         """The entries of one named config. The name may be left out when the file has exactly one."""
         if name is None:
             if len(self.configs) == 1:
@@ -114,7 +115,7 @@ class HostGpu:
     pci_subsystem_id: object = None
 
     @property
-    def label(self):
+    def label(self) -> str:
         return "GPU %d (%s)" % (self.index, self.name) if self.name else "GPU %d" % self.index
 
 
@@ -149,7 +150,7 @@ class Resolution:
 # Reading
 # --------------------------------------------------------------------------
 
-def load_config(source, origin="mig-parted config"):
+def load_config(source: str | bytes | Mapping[str, Any], origin: str = "mig-parted config") -> MigPartedConfig:
     """Parse and validate a mig-parted v1 config.
 
     source: YAML (or JSON) text, or an already-parsed mapping.
@@ -190,7 +191,7 @@ def load_config(source, origin="mig-parted config"):
     return MigPartedConfig(origin, parsed)
 
 
-def read_config_file(path):
+def read_config_file(path: str) -> str:
     """The text of a config file on this host, read no further than the limit on a config's size;
     ConfigError when it cannot be read, is larger, or is not UTF-8 text."""
     try:
@@ -210,7 +211,7 @@ def _utf8_text(data, origin):
         raise ConfigError("%s: not UTF-8 text (%s)" % (origin, e))
 
 
-def parse_yaml(text, origin):
+def parse_yaml(text: str, origin: str) -> Any:
     """YAML text as data, read within the limits of _bounded_yaml (size, nesting, aliases, value
     length) and with a key given twice refused; raises ParseError (a ConfigError) naming ``origin``."""
     data = bounded_yaml.load(text, origin)
@@ -230,7 +231,7 @@ def _parse_entry(entry, where):
                         enabled_default=None)
 
 
-def entries_from_layouts(layouts, origin="layouts"):
+def entries_from_layouts(layouts: list[Mapping[str, Any]], origin: str = "layouts") -> tuple[ConfigEntry, ...]:
     """Turn inline per-GPU layouts into ConfigEntry values (same rules as a mig-parted entry).
 
     Shape (a list; keys use underscores, as Ansible options do):
@@ -444,7 +445,7 @@ def _parse_mig_devices(value, label, key):
 # Selecting GPUs
 # --------------------------------------------------------------------------
 
-def resolve_targets(entries, gpus, allow_unmatched=False):
+def resolve_targets(entries: Iterable[ConfigEntry], gpus: Iterable[HostGpu], allow_unmatched: bool = False) -> Resolution:
     """Match entries to the host's GPUs.
 
     entries: ConfigEntry values (MigPartedConfig.select() or entries_from_layouts()).
@@ -497,7 +498,7 @@ def resolve_targets(entries, gpus, allow_unmatched=False):
     return Resolution(tuple(targets), tuple(unmatched), tuple(skipped))
 
 
-def unmatched_text(entries, gpus):
+def unmatched_text(entries: Sequence[ConfigEntry], gpus: Sequence[HostGpu]) -> str:
     """Why each of ``entries`` (Resolution.unmatched) selects no GPU of ``gpus`` (HostGpu values), for a
     refusal: the entry's label names its device-filter, and this names the model of each GPU it names."""
     texts = []
@@ -532,7 +533,7 @@ def _filter_matches(device_filter, gpu):
     return False
 
 
-def normalize_pci_id(value):
+def normalize_pci_id(value: int | str) -> str:
     """0xDDDDVVVV in the form used for matching ("0x20B010DE"); accepts an int or a string."""
     normalized = _pci_id_or_none(value)
     if normalized is None:

@@ -237,7 +237,7 @@ def install(module):
 def remove(module):
     paths = paths_of(module.params)
     unit_path = os.path.join(paths["unit_dir"], boot_restore.UNIT_NAME)
-    desired_path = os.path.join(paths["config_dir"], "desired.json")
+    desired_path = os.path.join(paths["config_dir"], boot_restore.DESIRED_FILE)
     try:
         boot_restore.refuse_unsafe({unit_path: None, desired_path: None, paths["script"]: None}, paths, None,
                                    os.geteuid())
@@ -286,10 +286,10 @@ def main():
             before=dict(type="list", elements="str", default=list(boot_restore.DEFAULT_BEFORE)),
             python=dict(type="str"),
             root=dict(type="path", default=""),
-            config_dir=dict(type="path", default="/etc/gpuops-mig"),
-            lib_dir=dict(type="path", default="/usr/local/lib/gpuops-mig"),
-            script=dict(type="path", default="/usr/local/sbin/gpuops-mig-restore"),
-            unit_dir=dict(type="path", default="/etc/systemd/system"),
+            config_dir=dict(type="path", default=boot_restore.DEFAULT_CONFIG_DIR),
+            lib_dir=dict(type="path", default=boot_restore.DEFAULT_ENGINE_DIR),
+            script=dict(type="path", default=boot_restore.DEFAULT_SCRIPT),
+            unit_dir=dict(type="path", default=boot_restore.DEFAULT_UNIT_DIR),
             enable=dict(type="bool", default=True),
         ),
         mutually_exclusive=[("config", "layouts")],

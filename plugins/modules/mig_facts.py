@@ -19,6 +19,9 @@ description:
     was, for example after a reboot (mig-parted's C(checkpoint) and C(restore)).
   - Works on hosts without a MIG-capable GPU, and on hosts without an NVIDIA driver, where it reports
     C(driver.present=false) instead of failing unless O(fail_on_missing_driver=true).
+  - Fails on a host whose Python (the one Ansible runs there) cannot import C(pynvml), and says so. Without
+    C(nvidia-ml-py) nothing about the GPUs can be known, so it does not report a host without GPUs.
+    M(gpuops.mig.mig_preflight) can install it (C(mig_preflight_install_nvml=true)).
 author:
   - gpuops.mig contributors (@gpuops)
 requirements:
@@ -53,7 +56,8 @@ options:
     default: false
   fail_on_missing_driver:
     description:
-      - Fail when no NVIDIA driver (or no C(nvidia-ml-py)) is found, instead of reporting it as a fact.
+      - Fail when no NVIDIA driver is found, instead of reporting it as a fact (a missing C(nvidia-ml-py) always
+        fails).
     type: bool
     default: false
 """
@@ -162,7 +166,7 @@ from ansible_collections.gpuops.mig.plugins.module_utils._common import (
     GPU_SELECTION_ARG_SPEC,
     fail_from,
 )
-from ansible_collections.gpuops.mig.plugins.module_utils._errors import DriverNotFound, GpuopsError, MissingLibrary
+from ansible_collections.gpuops.mig.plugins.module_utils._errors import DriverNotFound, GpuopsError
 from ansible_collections.gpuops.mig.plugins.module_utils._gpu_selection import select_gpus
 from ansible_collections.gpuops.mig.plugins.module_utils._host_layout import checkpoint_layouts
 from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
@@ -174,7 +178,8 @@ from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
 
 
 def gather(nvml_session, selectors, with_profiles, checkpoint=False):
-    """The facts; a missing driver or nvidia-ml-py is a fact (driver.present false), other errors raise."""
+    """The facts; a missing driver is a fact (driver.present false), other errors raise (a missing
+    nvidia-ml-py too: a Python that cannot import pynvml knows nothing about the GPUs)."""
     facts = facts_without_driver(None, nvml_session.simulate)
     if checkpoint:
         facts["checkpoint"] = []
@@ -192,7 +197,7 @@ def gather(nvml_session, selectors, with_profiles, checkpoint=False):
                 facts["gpus"].append(info)
             if checkpoint:
                 facts["checkpoint"] = checkpoint_layouts(facts["gpus"])
-    except (MissingLibrary, DriverNotFound) as e:
+    except DriverNotFound as e:
         facts["driver"].update(present=False, error=missing_driver_message(e))
         return facts
     facts["gpu_count"] = len(facts["gpus"])

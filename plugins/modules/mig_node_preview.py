@@ -54,7 +54,8 @@ options:
         C(mig_node_config_configmap), C(mig_node_config_configmap_namespace), C(mig_node_config_configmap_key),
         C(mig_node_config_name), C(mig_node_config_from_label), C(mig_node_allow_unmatched), C(mig_node_force),
         C(mig_node_mig_strategy), C(mig_node_operator_mode), C(mig_node_reboot_method), C(mig_node_reboot_command),
-        C(mig_node_driver_root), and O(restore) from C(mig_node_persist*) and C(mig_node_reset_gpus)); an empty
+        C(mig_node_driver_root), C(mig_node_drain), C(mig_node_read_allocations), C(mig_node_pod_resources_socket),
+        C(mig_node_owed_file), and O(restore) from C(mig_node_persist*) and C(mig_node_reset_gpus)); an empty
         string counts as not set.
       - The role's own task uses it, so that the role's variables are templated once per node, for the check and
         the settings together.
@@ -88,21 +89,26 @@ options:
     type: dict
     default: {}
   config:
-    description: A mig-parted config (text or data), from C(mig_node_config).
+    description: A mig-parted config (text or data), from C(mig_node_config); empty is not set.
     type: raw
+    default: {}
   config_file:
     description: A mig-parted file on the controller (found as the file lookup finds it), from C(mig_node_config_file).
-    type: str
+    type: path
+    default: ""
   layouts:
     description: Inline layouts, as M(gpuops.mig.mig_config) takes them, from C(mig_node_layouts).
     type: list
     elements: dict
+    default: []
   configmap:
     description: The ConfigMap that holds the config (else the GPU Operator's), from C(mig_node_config_configmap).
     type: str
+    default: ""
   configmap_namespace:
-    description: Its namespace; defaults to the GPU Operator's namespace, else C(gpu-operator).
+    description: Its namespace; empty is the GPU Operator's namespace, else C(gpu-operator).
     type: str
+    default: ""
   configmap_key:
     description: The ConfigMap key that holds the config.
     type: str
@@ -132,10 +138,12 @@ options:
   strategy:
     description: The declared MIG strategy (V(none), V(single), V(mixed)); empty takes the GPU Operator's, else V(mixed).
     type: str
+    choices: ["", none, single, mixed]
     default: ""
   operator_mode:
     description: On a GPU Operator node, V(auto), V(mig-manager) or V(takeover) (see the M(gpuops.mig.mig_node) role).
     type: str
+    choices: [auto, mig-manager, takeover]
     default: auto
   cordoned_annotation:
     description: The annotation with which the collection marks a node it cordoned.
@@ -182,7 +190,7 @@ options:
     description:
       - On a host outside Kubernetes, the file in which a rollout records what it must put back; a record left
         by a run that did not finish is repaired first (the decision's C(repair)).
-    type: str
+    type: path
     default: /var/lib/gpuops-mig/owed.json
   preflight:
     description: The preflight checks; left out, only a missing driver or C(nvidia-ml-py) fails the node.

@@ -7,8 +7,10 @@ the layout declared for it and its Kubernetes node's MIG labels; and the text ta
 
 from __future__ import annotations
 
-CONFIG_LABEL = "nvidia.com/mig.config"
-STATE_LABEL = "nvidia.com/mig.config.state"
+from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import (
+    LABEL_CONFIG as CONFIG_LABEL,
+    LABEL_STATE as STATE_LABEL,
+)
 
 # Where the declared layout comes from, in the order the rollout (roles/mig_node) takes them: a plan from
 # plan.yml names the node's layout and wins, then mig_node_config_name, then the node's nvidia.com/mig.config

@@ -6,23 +6,23 @@
 
 Inputs are plain data: gpuops.mig.mig_node_info's result, the Kubernetes Node, the
 cluster's ClusterPolicy and DaemonSets. Nothing here talks to a node or the API.
-Facts about the GPU Operator: reference gpu-operator.md sections 2 to 6.
+Facts about the GPU Operator: docs/gpu-operator.md, "What the collection finds out by itself".
 """
 
 from __future__ import annotations
 
 from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import (
     DEFAULT_OPERATOR_CONFIG,
+    LABEL_CONFIG,
+    LABEL_DEPLOY_PREFIX as LABEL_DEPLOY,
+    LABEL_STATE,
+    PAUSED_VALUE as PAUSED,
     is_dra_kubelet_plugin,
 )
 from ansible_collections.gpuops.mig.plugins.module_utils import _lease
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_pods, _node_records
 
-LABEL_CONFIG = "nvidia.com/mig.config"
-LABEL_STATE = "nvidia.com/mig.config.state"
-LABEL_DEPLOY = "nvidia.com/gpu.deploy."
 LABEL_MIG_MANAGER = LABEL_DEPLOY + "mig-manager"
-PAUSED = "paused-for-mig-change"
 STRATEGIES = ("none", "single", "mixed")
 OPERATOR_MODES = ("auto", "mig-manager", "takeover")
 
@@ -380,7 +380,8 @@ def _summary(host, label, decision):
 # -- what the node must advertise afterwards ---------------------------------------
 
 def expected_advertisement(gpus, strategy, with_labels=True):
-    """The device plugin's resources and GFD's labels for these GPUs (mig-facts.md section 4).
+    """The device plugin's resources and GFD's labels for these GPUs (NVIDIA/k8s-device-plugin
+    internal/rm/device_map.go; GFD internal/lm/mig-strategy.go).
 
     gpus: mig_facts GPUs (name, mig_enabled, mig_devices). Values are strings, as on a Node.
     """

@@ -13,8 +13,13 @@ import datetime
 import json
 import re
 
-LAST_ERROR_ANNOTATION = "gpuops.mig/last-error"
+from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import (
+    ANNOTATION_LAST_ERROR as LAST_ERROR_ANNOTATION,
+    ANNOTATION_RUN_ID,
+)
+
 OWED_ANNOTATION = "gpuops.mig/owed"           # what a run must put back (see "repair first" below)
+
 EVENT_NAMESPACE = "default"          # where the kubelet records a Node's Events (kubectl describe node finds them)
 FAILED_REASON = "MigReconfigureFailed"
 DONE_REASON = "MigReconfigured"
@@ -66,7 +71,7 @@ def event(node, run, reason, kind, message, now=None):
     return {
         "apiVersion": "v1", "kind": "Event",
         "metadata": {"name": _event_name(node, run, reason), "namespace": EVENT_NAMESPACE,
-                     "annotations": {"gpuops.mig/run-id": run.get("run_id") or ""}},
+                     "annotations": {ANNOTATION_RUN_ID: run.get("run_id") or ""}},
         "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node},
         "reason": reason, "type": kind, "message": message[:MESSAGE_LIMIT], "action": "Reconfigure",
         "source": {"component": COMPONENT, "host": controller},

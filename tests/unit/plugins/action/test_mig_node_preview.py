@@ -84,7 +84,8 @@ def test_options_come_from_the_role_variables_where_the_task_gives_none():
     assert got["kubernetes"] is True and got["k8s_node_name"] == "node-1"
     assert got["layouts"] == [{"gpus": "all", "devices": {"3g.40gb": 2}}]
     # Empty role variables are "not set": the sources check sees one source, not four.
-    assert (got["config"], got["config_file"], got["configmap"], got["configmap_namespace"]) == (None, None, None, None)
+    # (their defaults are the role argument spec's: {}, "", "", "", each in UNSET)
+    assert all(got[name] in a.UNSET for name in ("config", "config_file", "configmap", "configmap_namespace"))
     assert a.sources_of(got) == ["mig_node_layouts"]
     assert (got["config_name"], got["strategy"], got["reboot_method"]) == ("", "mixed", "command")
     assert got["restore"] == {"reset": True, "before": ["kubelet.service"], "python": None, "root": "/srv/root",

@@ -77,8 +77,17 @@ def test_read_cluster_reads_only_what_is_asked_and_trims_it():
     assert ("ConfigMap", "nvidia", "cm") in service.asked
     service = Found({"ClusterPolicy": [{"metadata": {"name": "p"}}]})
     read = k8s.read_cluster(service, read_params(operator=False, nodes=False, configmaps=[{"name": "x", "namespace": ""}]))
-    assert read == {"configmaps": {"gpu-operator": []}, "operator_namespace": "gpu-operator"}
+    assert read == {"configmaps": {"gpu-operator": []}, "operator_namespace": "gpu-operator", "leases": {}}
     assert service.asked == [("ConfigMap", "gpu-operator", "x")]
+
+
+def test_read_cluster_reads_the_nodes_leases_by_name():
+    lease = {"metadata": {"name": "gpuops-mig-gpu-1", "namespace": "gpuops"}}
+    service = Found({"Lease": [lease, {"metadata": {"name": "gpuops-mig-gpu-9", "namespace": "gpuops"}}]})
+    read = k8s.read_cluster(service, read_params(operator=False, nodes=False, lease_namespace="gpuops",
+                                                 leases=["gpuops-mig-gpu-1", "gpuops-mig-gpu-2"]))
+    assert read["leases"] == {"gpuops-mig-gpu-1": lease}
+    assert sorted(service.asked) == [("Lease", "gpuops", "gpuops-mig-gpu-1"), ("Lease", "gpuops", "gpuops-mig-gpu-2")]
 
 
 def test_read_cluster_never_lists_configmaps():

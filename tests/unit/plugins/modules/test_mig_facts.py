@@ -87,6 +87,19 @@ def test_host_without_driver_is_a_fact_not_a_failure(monkeypatch, run_module):
     assert result["msg"].startswith("No usable NVIDIA driver on this host")
 
 
+def test_host_without_nvidia_ml_py_fails_saying_so(sim_host, monkeypatch, run_module):
+    """A Python that cannot import pynvml knows nothing of the GPUs: not a host with none."""
+    from ansible_collections.gpuops.mig.plugins.module_utils import _nvml
+    sim_host("2xA100-SXM4-40GB")
+    monkeypatch.setattr(_nvml, "HAS_PYNVML", False)
+    for args in ({}, {"fail_on_missing_driver": True}):
+        result = run_module(mig_facts, args)
+        assert result["failed"] is True and "ansible_facts" not in result
+        assert result["msg"].startswith("Failed to import the required Python library (nvidia-ml-py) on ")
+        assert "read and change the GPUs through NVML (import pynvml)" in result["msg"]
+        assert "mig_preflight_install_nvml=true" in result["msg"]
+
+
 def test_nvml_failure_is_a_message_not_a_traceback(sim_host, run_module, file_digest):
     state = sim_host("1xA100-SXM4-40GB")
     sim.add_fault(state, "nvmlDeviceGetMigMode", "NO_PERMISSION")
