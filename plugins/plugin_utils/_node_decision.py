@@ -368,7 +368,8 @@ def advertised(node, expected):
     """What a Node advertises, in the shape of expected_advertisement() (only the keys it speaks of)."""
     allocatable = ((node or {}).get("status") or {}).get("allocatable") or {}
     resources = dict((k, str(v)) for k, v in allocatable.items()
-                     if (k == "nvidia.com/gpu" or k.startswith("nvidia.com/mig-")) and str(v) != "0")
+                     if (k in ("nvidia.com/gpu", "nvidia.com/gpu.shared") or k.startswith("nvidia.com/mig-"))
+                     and str(v) != "0")
     labels = dict((k, v) for k, v in _labels(node).items() if k in expected["labels"])
     return {"resources": resources, "labels": labels}
 
