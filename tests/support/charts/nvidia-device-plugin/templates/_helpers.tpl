@@ -76,5 +76,7 @@ tolerations:
   value: /config/config.yaml
 - name: DEFAULT_CONFIG
   value: {{ .Values.config.default | quote }}
+- name: FALLBACK_STRATEGIES
+  value: {{ join "," .Values.config.fallbackStrategies | quote }}
 {{- end }}
 {{- end -}}
