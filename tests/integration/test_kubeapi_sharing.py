@@ -68,8 +68,8 @@ def plugin_pod(api):
 
 @pytest.fixture
 def cluster(kube_api, tmp_path):
-    host = simulated_host(tmp_path / "gpu-1.json", "1xA100-SXM4-40GB", {0: [(GI_3G, CI_3C), (GI_1G, CI_1C),
-                                                                             (GI_1G, CI_1C)]})
+    layout = {0: [(GI_3G, CI_3C), (GI_1G, CI_1C), (GI_1G, CI_1C)]}
+    host = simulated_host(tmp_path / "gpu-1.json", "1xA100-SXM4-40GB", layout)
     kube_api.seed(seed.namespace(NS), seed.node("gpu-1", GPU, nvml_state=host),
                   {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "plugin-configs", "namespace": NS},
                    "data": CONFIGS}, *daemons())
