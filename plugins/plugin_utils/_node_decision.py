@@ -65,6 +65,8 @@ def operator_view(policies, node=None, daemonsets=()):
         mig_strategy=strategy or "none",
         mig_strategy_set=bool(strategy),
         device_plugin=(spec.get("devicePlugin") or {}).get("enabled") is not False,
+        # The ConfigMap of per-node device-plugin configs (the nvidia.com/device-plugin.config label picks one).
+        device_plugin_config=(((spec.get("devicePlugin") or {}).get("config") or {}).get("name") or ""),
         gfd=(spec.get("gfd") or {}).get("enabled") is not False,
         mig_manager={
             "enabled": enabled,

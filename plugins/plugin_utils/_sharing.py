@@ -21,6 +21,7 @@ A sharing policy is {MIG profile: {strategy, replicas, rename, fail_requests_gre
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 
@@ -167,3 +168,127 @@ def _advertises(gpus, strategy, profile):
     """Whether the resource of ``profile`` is made of that profile's MIG devices (under single,
     nvidia.com/gpu is whole GPUs when MIG is off)."""
     return any(g.get("mig_enabled") and (g.get("mig_devices") or {}).get(profile) for g in gpus or ())
+
+
+# -- the device plugin's per-node config (the mig_node role) ------------------------
+
+CONFIG_LABEL = "nvidia.com/device-plugin.config"
+ENTRY_PREFIX = "gpuops-mig-"
+# A ConfigMap key that is also a label value.
+_ENTRY_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+UNMANAGED = {"managed": False, "policy": {}}
+
+
+def render(shared, strategy):
+    """The device plugin's config file (api/config/v1) for the shared profiles: YAML text, keys sorted."""
+    import yaml      # PyYAML: a controller requirement (README, Install)
+
+    config = {"version": "v1", "flags": {"migStrategy": strategy}}
+    if shared:
+        first = next(iter(shared.values()))
+        config["sharing"] = {"timeSlicing": {
+            "renameByDefault": first["rename"],
+            "failRequestsGreaterThanOne": first["fail_requests_greater_than_one"],
+            "resources": [{"name": resource_name(profile, strategy), "replicas": spec["replicas"]}
+                          for profile, spec in sorted(shared.items())]}}
+    return yaml.safe_dump(config, default_flow_style=False, sort_keys=True)
+
+
+def policy_from_config(text, devices, strategy, where):
+    """The shared profiles of an existing device-plugin config entry (its time-slicing resources that are the
+    layout's MIG devices); MPS is refused."""
+    import yaml
+
+    try:
+        config = yaml.safe_load(text or "") or {}
+    except yaml.YAMLError as e:
+        raise SharingError("%s is not YAML: %s" % (where, e))
+    sharing = (config.get("sharing") or {}) if isinstance(config, Mapping) else None
+    if not isinstance(sharing, Mapping):
+        raise SharingError("%s is not a device plugin config (a mapping with version, flags, sharing)" % where)
+    if sharing.get("mps"):
+        raise SharingError("%s shares with MPS: %s." % (where, _MPS_WHY))
+    time_slicing = sharing.get("timeSlicing") or {}
+    by_resource = dict((resource_name(profile, strategy), profile) for profile in devices)
+    shared = {}
+    for resource in time_slicing.get("resources") or []:
+        name = str((resource or {}).get("name", ""))
+        name = name if "/" in name else "nvidia.com/" + name
+        if name in by_resource:
+            shared[by_resource[name]] = {
+                "replicas": _replicas(resource.get("replicas"), "%s, resource %s" % (where, name)),
+                "rename": bool(time_slicing.get("renameByDefault", False)),
+                "fail_requests_greater_than_one": bool(time_slicing.get("failRequestsGreaterThanOne", False))}
+    return shared
+
+
+def _device_names(planned):
+    return dict((name, True) for gpu in planned or () if gpu.get("mig_enabled") for name in gpu.get("devices") or {})
+
+
+def node_plan(host, settings, planned, strategy, source, operator, node, configmaps):
+    """What the rollout does about the device plugin's config for this node, checked before any change.
+
+    settings: sharing (mig_node_sharing), entry (mig_node_device_plugin_config_name), configmap and namespace
+    (mig_node_device_plugin_config_map / _namespace); planned: mig_node_info's per-GPU devices after the change;
+    operator: decision.operator_view(); node: the Node; configmaps: {namespace: [ConfigMap objects]} as read.
+    Returns UNMANAGED, or {managed, policy, entry, configmap, namespace, data (entries to write), label (the node
+    label to set, or None when it is already there)}. Raises SharingError naming the host and the source."""
+    declared = settings.get("sharing")
+    entry = settings.get("entry") or ""
+    if declared in (None, "", {}) and not entry:
+        return dict(UNMANAGED)
+    devices = _device_names(planned)
+    shared = policy(declared, "%s: mig_node_sharing" % host)
+    configmap, namespace = _config_map(host, settings, operator)
+    found = next((cm for cm in (configmaps or {}).get(namespace) or ()
+                  if (cm.get("metadata") or {}).get("name") == configmap), None)
+    data = dict((found or {}).get("data") or {})
+    where = "%s: entry '%s' of the device plugin's ConfigMap %s/%s" % (host, entry, namespace, configmap)
+    if entry and not _ENTRY_NAME.match(entry):
+        raise SharingError("%s: mig_node_device_plugin_config_name must be 1 to 63 letters, digits, '-', '_' or '.', "
+                           "starting and ending with a letter or digit (a ConfigMap key and a label value), got %s"
+                           % (host, describe(entry)))
+    write = {}
+    if declared in (None, "", {}):
+        if entry not in data:
+            has = ("it has %s" % (", ".join(sorted(data)) or "no entries")) if found else "the ConfigMap was not found"
+            raise SharingError("%s does not exist (%s). Nothing was changed. Name an existing entry, or declare "
+                               "mig_node_sharing so the rollout writes one." % (where, has))
+        shared = policy_from_config(data[entry], devices, strategy, where)
+    else:
+        content = render(shared, strategy)
+        if not entry:
+            entry = ENTRY_PREFIX + hashlib.sha256(content.encode("utf-8")).hexdigest()[:10]
+        elif entry in data and data[entry] != content:
+            raise SharingError("%s already holds another config than mig_node_sharing gives. Nothing was changed. "
+                               "Name a new entry, or leave mig_node_device_plugin_config_name empty for one named "
+                               "after its content." % where)
+        if data.get(entry) != content:
+            write[entry] = content
+    check_for_layout(shared, devices, strategy, host, source)
+    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+    return {"managed": True, "policy": shared, "entry": entry, "configmap": configmap, "namespace": namespace,
+            "data": write, "label": None if labels.get(CONFIG_LABEL) == entry else entry}
+
+
+def _config_map(host, settings, operator):
+    """The ConfigMap the node's device plugin reads its configs from, and its namespace."""
+    named = settings.get("configmap") or ""
+    if operator.get("present") and operator.get("device_plugin"):
+        theirs = operator.get("device_plugin_config") or ""
+        if not theirs:
+            raise SharingError(
+                "%s: the GPU Operator runs the device plugin, and its ClusterPolicy names no config ConfigMap "
+                "(devicePlugin.config.name), so the plugin reads no per-node config. Nothing was changed. Set "
+                "devicePlugin.config.name (and .default) in the ClusterPolicy, then run again." % host)
+        if named and named != theirs:
+            raise SharingError(
+                "%s: mig_node_device_plugin_config_map is %s, but the GPU Operator's device plugin reads %s "
+                "(devicePlugin.config.name). Nothing was changed." % (host, named, theirs))
+        return theirs, operator.get("namespace") or "gpu-operator"
+    if not named:
+        raise SharingError(
+            "%s: mig_node_sharing needs mig_node_device_plugin_config_map: the ConfigMap the device plugin reads its "
+            "per-node configs from (the chart's config.name). Nothing was changed." % host)
+    return named, settings.get("namespace") or operator.get("namespace") or "gpu-operator"

@@ -91,3 +91,79 @@ def test_advertised_keeps_shared_whole_gpu_resources():
     from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_decision as d
     node = {"metadata": {"labels": {}}, "status": {"allocatable": {"nvidia.com/gpu.shared": "28", "cpu": "4"}}}
     assert d.advertised(node, {"resources": {}, "labels": {}})["resources"] == {"nvidia.com/gpu.shared": "28"}
+
+
+# -- the device plugin's per-node config ------------------------------------------------
+
+PLANNED = [{"index": 0, "name": A100, "mig_enabled": True, "devices": {"1g.5gb": 7}}]
+NO_OPERATOR = {"present": False}
+NODE = {"metadata": {"name": "gpu-1", "labels": {}}}
+SETTINGS = {"sharing": TS4, "entry": "", "configmap": "plugin-configs", "namespace": "nvidia"}
+
+
+def configmap(data, name="plugin-configs", namespace="nvidia"):
+    return {namespace: [{"metadata": {"name": name, "namespace": namespace}, "data": data}]}
+
+
+def plan(settings=None, planned=PLANNED, strategy="mixed", operator=NO_OPERATOR, node=NODE, configmaps=None):
+    return s.node_plan("gpu-1", dict(SETTINGS, **(settings or {})), planned, strategy, "mig_node_layouts", operator,
+                       node, configmaps if configmaps is not None else configmap({"default": "version: v1\n"}))
+
+
+def test_unmanaged_without_sharing_or_an_entry():
+    assert plan({"sharing": {}}) == {"managed": False, "policy": {}}
+
+
+def test_declared_sharing_is_written_under_a_name_from_its_content():
+    found = plan()
+    content = found["data"][found["entry"]]
+    assert found["entry"].startswith("gpuops-mig-") and found["label"] == found["entry"]
+    assert (found["configmap"], found["namespace"]) == ("plugin-configs", "nvidia")
+    assert found["policy"] == s.policy(TS4)
+    import yaml
+    assert yaml.safe_load(content) == {"version": "v1", "flags": {"migStrategy": "mixed"}, "sharing": {"timeSlicing": {
+        "renameByDefault": False, "failRequestsGreaterThanOne": False,
+        "resources": [{"name": "nvidia.com/mig-1g.5gb", "replicas": 4}]}}}
+    # Written and labelled already: nothing to do.
+    again = plan(node={"metadata": {"labels": {s.CONFIG_LABEL: found["entry"]}}},
+                 configmaps=configmap({found["entry"]: content}))
+    assert again["data"] == {} and again["label"] is None
+    # Under single the resource is nvidia.com/gpu; "none" writes a config without sharing.
+    assert "name: nvidia.com/gpu\n" in plan(strategy="single")["data"].popitem()[1]
+    assert "sharing" not in plan({"sharing": "none"})["data"].popitem()[1]
+
+
+def test_a_named_existing_entry_gives_the_policy():
+    text = ("version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n"
+            "    - {name: nvidia.com/mig-1g.5gb, replicas: 3}\n    - {name: nvidia.com/gpu, replicas: 2}\n")
+    found = plan({"sharing": {}, "entry": "ts3"}, configmaps=configmap({"ts3": text}))
+    assert found["data"] == {} and found["label"] == "ts3"
+    assert found["policy"] == {"1g.5gb": {"replicas": 3, "rename": True, "fail_requests_greater_than_one": False}}
+
+
+@pytest.mark.parametrize("settings, kw, message", [
+    ({"sharing": {}, "entry": "ts9"}, {}, "gpu-1: entry 'ts9' of the device plugin's ConfigMap nvidia/plugin-configs "
+                                          "does not exist .it has default."),
+    ({"sharing": {}, "entry": "ts9"}, {"configmaps": {}}, "does not exist .the ConfigMap was not found"),
+    ({"sharing": {}, "entry": "mps"}, {"configmaps": configmap({"mps": "sharing:\n  mps:\n    resources: []\n"})},
+     "entry 'mps' .* shares with MPS: the NVIDIA device plugin refuses MPS for MIG devices"),
+    ({"entry": "default"}, {}, "entry 'default' .* already holds another config"),
+    ({"entry": "-bad"}, {}, "mig_node_device_plugin_config_name must be 1 to 63"),
+    ({"configmap": ""}, {}, "gpu-1: mig_node_sharing needs mig_node_device_plugin_config_map"),
+    ({"sharing": {"3g.20gb": {"replicas": 2}}}, {}, "gpu-1: mig_node_sharing shares 3g.20gb, which the layout from "
+                                                    "mig_node_layouts does not create"),
+    ({"sharing": {"1g.5gb": {"strategy": "mps", "replicas": 2}}}, {}, "gpu-1: mig_node_sharing, profile 1g.5gb: MPS"),
+    ({}, {"operator": {"present": True, "device_plugin": True, "device_plugin_config": "", "namespace": "gpu-operator"}},
+     "names no config ConfigMap .devicePlugin.config.name."),
+    ({}, {"operator": {"present": True, "device_plugin": True, "device_plugin_config": "dp", "namespace": "gpu-operator"}},
+     "mig_node_device_plugin_config_map is plugin-configs, but the GPU Operator's device plugin reads dp"),
+])
+def test_node_plan_refuses_naming_host_profile_and_source(settings, kw, message):
+    with pytest.raises(s.SharingError, match=message):
+        plan(settings, **kw)
+
+
+def test_the_operators_config_map():
+    operator = {"present": True, "device_plugin": True, "device_plugin_config": "dp", "namespace": "gpu-operator"}
+    found = plan({"configmap": ""}, operator=operator, configmaps=configmap({}, "dp", "gpu-operator"))
+    assert (found["configmap"], found["namespace"]) == ("dp", "gpu-operator") and found["data"]
