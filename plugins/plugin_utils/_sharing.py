@@ -179,11 +179,14 @@ _ENTRY_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 UNMANAGED = {"managed": False, "policy": {}}
 
 
-def render(shared, strategy):
-    """The device plugin's config file (api/config/v1) for the shared profiles: YAML text, keys sorted."""
+def render(shared, strategy, allocation_policy=""):
+    """The device plugin's config file (api/config/v1) for the shared profiles: YAML text, keys sorted.
+    allocation_policy: flags.plugin.sharedDevicesAllocationPolicy (distributed or packed), left out when empty."""
     import yaml      # PyYAML: a controller requirement (README, Install)
 
     config = {"version": "v1", "flags": {"migStrategy": strategy}}
+    if allocation_policy:
+        config["flags"]["plugin"] = {"sharedDevicesAllocationPolicy": allocation_policy}
     if shared:
         first = next(iter(shared.values()))
         config["sharing"] = {"timeSlicing": {
@@ -192,6 +195,11 @@ def render(shared, strategy):
             "resources": [{"name": resource_name(profile, strategy), "replicas": spec["replicas"]}
                           for profile, spec in sorted(shared.items())]}}
     return yaml.safe_dump(config, default_flow_style=False, sort_keys=True)
+
+
+def valid_entry_name(name):
+    """A ConfigMap key that is also a label value (the nvidia.com/device-plugin.config label names it)."""
+    return bool(_ENTRY_NAME.match(name))
 
 
 def policy_from_config(text, devices, strategy, where):
@@ -245,7 +253,7 @@ def node_plan(host, settings, planned, strategy, source, operator, node, configm
                   if (cm.get("metadata") or {}).get("name") == configmap), None)
     data = dict((found or {}).get("data") or {})
     where = "%s: entry '%s' of the device plugin's ConfigMap %s/%s" % (host, entry, namespace, configmap)
-    if entry and not _ENTRY_NAME.match(entry):
+    if entry and not valid_entry_name(entry):
         raise SharingError("%s: mig_node_device_plugin_config_name must be 1 to 63 letters, digits, '-', '_' or '.', "
                            "starting and ending with a letter or digit (a ConfigMap key and a label value), got %s"
                            % (host, describe(entry)))
