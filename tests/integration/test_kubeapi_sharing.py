@@ -159,3 +159,20 @@ def test_entry_selection_as_config_manager():
     assert sharing.select_entry(files, "", "", ["named", "empty"]) == ""
     with pytest.raises(sharing.ConfigError, match="all fallbacks failed"):
         sharing.select_entry(files, "", "", ["named", "single"])
+
+
+def test_the_operators_device_plugin_reads_devicePlugin_config(kube_api, tmp_path):
+    host = simulated_host(tmp_path / "gpu-1.json", "1xA100-SXM4-40GB", {0: [(GI_1G, CI_1C)] * 3})
+    objs = seed.gpu_operator(mig_strategy="mixed")
+    policy = next(o for o in objs if o["kind"] == "ClusterPolicy")
+    policy["spec"]["devicePlugin"]["config"] = {"name": "dp-configs", "default": "default"}
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "dp-configs", "namespace": "gpu-operator"},
+                 "data": CONFIGS}
+    objs.insert(-1, configmap)
+    kube_api.seed(*objs)
+    kube_api.seed(seed.node("gpu-1", dict(GPU, **{sharing.CONFIG_LABEL: "ts4-renamed"}), nvml_state=host))
+    allocatable = kube_api.get("Node", "gpu-1")["status"]["allocatable"]
+    assert allocatable["nvidia.com/mig-1g.5gb.shared"] == "12"
+    ds = kube_api.get("DaemonSet", "nvidia-device-plugin-daemonset", "gpu-operator")
+    env = ds["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "DEFAULT_CONFIG", "value": "default"} in env
