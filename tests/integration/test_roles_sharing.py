@@ -1,10 +1,14 @@
 """mig_node with the device plugin's time-slicing (mig_node_sharing): the config entry and the node label follow
 the layout inside the cordoned window, validation expects devices x replicas, bad input changes nothing."""
 
+import os
+import subprocess
+
+import gpuops_mig_sim as sim
 import pytest
 import yaml
 
-from test_roles import Fleet, output
+from test_roles import REPO, Fleet, output
 from tests.support.kubeapi import seed
 
 pytestmark = pytest.mark.playbook
@@ -102,3 +106,28 @@ def test_bad_sharing_changes_nothing(fleet, kube_api, hostvars, message):
     node = kube_api.get("Node", "ts-1")
     assert CONFIG_LABEL not in node["metadata"]["labels"] and not node["spec"].get("unschedulable")
     assert kube_api.get("ConfigMap", "plugin-configs", NS)["data"] == {"default": "version: v1\n"}
+
+
+def cdi_names(path):
+    return sorted(d["name"] for d in yaml.safe_load(open(path))["devices"])
+
+
+def test_the_cdi_spec_lists_the_new_mig_devices(kube_api, kube_env, tmp_path):
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    state = fleet.add("cdi-1", "1xA100-SXM4-40GB", mig_node_layouts=[{"gpus": "all", "devices": {"3g.20gb": 2}}],
+                      mig_node_persist=False, mig_node_validate=False, mig_node_device_plugin_restart=False)
+    spec = tmp_path / "cdi" / "nvidia.yaml"
+    spec.parent.mkdir()
+    env = dict(fleet.env, GPUOPS_MIG_SIMULATE=state)
+    subprocess.run([os.path.join(REPO, "tools", "sim-bin", "nvidia-ctk"), "cdi", "generate", "--output=%s" % spec],
+                   env=env, check=True)
+    assert cdi_names(spec) == sorted(["0", sim.load_state(state)["gpus"][0]["uuid"], "all"])   # no MIG device yet
+    fleet.hosts["cdi-1"]["mig_node_cdi_spec_paths"] = [str(tmp_path / "none.yaml"), str(spec)]
+
+    proc = fleet.run(PLAYBOOK, FAST)
+    assert proc.recap["cdi-1"]["failed"] == 0, output(proc)
+    names = cdi_names(spec)
+    assert [n for n in names if ":" in n] == ["0:0", "0:1"]                  # exactly the two new MIG devices
+    assert len([n for n in names if n.startswith("MIG-")]) == 2
+    assert sorted(p.name for p in spec.parent.iterdir()) == ["nvidia.yaml"]  # nothing left beside the spec
+    assert "Regenerate the host's CDI spec for the new MIG devices" in proc.stdout
