@@ -21,10 +21,12 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _k8s_objects as k8s_objects
 from ansible_collections.gpuops.mig.plugins.module_utils import _migparted as migparted
-from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError
+from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError, GpuopsError
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_decision as node_decision
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _preflight as preflight
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _role_contract as role_contract
+from ansible_collections.gpuops.mig.plugins.plugin_utils._plain import plain
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _sharing as sharing
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _variable_names as variable_names
 
 # The options the mig_node role's variables feed (role_variables=true) take their type, choices and default from
@@ -137,6 +139,28 @@ def config_names(config):
     return list(configs) if isinstance(configs, dict) else []
 
 
+def sharing_plan(host, args, info, layout, decision):
+    """The device plugin's per-node config for the node's new layout (plugin_utils/_sharing.py), checked now."""
+    declared = args["sharing"] not in UNSET or args["device_plugin_config_name"]
+    if info.get("change") is None:        # no layout for this node: it is left as it is
+        return dict(sharing.UNMANAGED)
+    if declared and not args["kubernetes"]:
+        raise sharing.SharingError("%s: mig_node_sharing and mig_node_device_plugin_config_name configure NVIDIA's "
+                                   "device plugin, which needs Kubernetes (mig_node_kubernetes is false). Nothing was "
+                                   "changed." % host)
+    plan = sharing.node_plan(host, {
+        "sharing": plain(args["sharing"], "mig_node_sharing"), "entry": args["device_plugin_config_name"],
+        "configmap": args["device_plugin_config_map"], "namespace": args["device_plugin_config_namespace"]},
+        info.get("planned"), decision["strategy"], layout["source_kind"], layout["operator"], layout["node"],
+        args["configmaps"])
+    if plan["managed"] and decision["path"] == "mig-manager" and (plan["data"] or plan["label"]):
+        raise sharing.SharingError(
+            "%s: the GPU Operator's mig-manager would change the layout, and the device plugin's config for it cannot "
+            "be switched inside mig-manager's window. Nothing was changed. Set mig_node_operator_mode=takeover so the "
+            "rollout changes layout and sharing config together." % host)
+    return plan
+
+
 class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
@@ -180,7 +204,8 @@ class ActionModule(ActionBase):
                 "operator_mode": args["operator_mode"], "source": layout["source_kind"],
                 "config_label": layout["config_label"], "cordoned_annotation": args["cordoned_annotation"],
                 "drain": args["drain"] if args["kubernetes"] else "none", "lease": args["lease"]})
-        except (Refused, node_decision.DecisionError) as e:
+            result["sharing"] = sharing_plan(host, args, info, layout, decision)
+        except (Refused, node_decision.DecisionError, GpuopsError) as e:   # GpuopsError: sharing, plain()
             return dict(result, failed=True, msg=str(e))
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)

@@ -13,12 +13,14 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.gpuops.mig.plugins.module_utils import _fleet_plan as fleet_plan
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError, RefusedError
 from ansible_collections.gpuops.mig.plugins.plugin_utils._plain import describe, plain, require_shapes
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _sharing as sharing
 
 ARGUMENT_SPEC = dict(
     demand=dict(type="raw"),
     pods=dict(type="list", elements="dict"),
     strategy=dict(type="str", default="mixed", choices=["mixed", "single"]),
     single_profile=dict(type="str"),
+    sharing=dict(type="raw"),
     hosts=dict(type="list", elements="str"),
     fleet=dict(type="dict"),
     policy=dict(type="dict", default={}),
@@ -82,8 +84,10 @@ class ActionModule(ActionBase):
             items = fleet_plan.demand_items(args["demand"])
             in_use, whole_pending, unresolved = {}, 0, []
             if args["pods"] is not None:
+                replicas = dict((profile, spec["replicas"])
+                                for profile, spec in sharing.policy(args["sharing"], "sharing").items())
                 pod_items, in_use, whole_pending, unresolved = fleet_plan.demand_from_pods(
-                    args["pods"], args["strategy"], args["k8s_node_names"], args["single_profile"], fleet)
+                    args["pods"], args["strategy"], args["k8s_node_names"], args["single_profile"], fleet, replicas)
                 items.extend(pod_items)
             plan = fleet_plan.plan_fleet(fleet, items, policy=args["policy"], in_use=in_use,
                                          node_groups=node_groups, exact_limit=args["exact_limit"],

@@ -10,10 +10,11 @@ from __future__ import annotations
 from ansible_collections.gpuops.mig.plugins.plugin_utils._filter_errors import as_filter
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_decision as decision
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _rollout_report as rollout_report
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _sharing as sharing
 
 
 def _wrap(function):
-    return as_filter(function, decision.DecisionError)
+    return as_filter(function, (decision.DecisionError, sharing.SharingError))
 
 
 def node_decision(info, node, operator, settings):
@@ -36,7 +37,7 @@ class FilterModule(object):
             "mig_preview_lines": rollout_report.preview_lines,
             "mig_batch_stops": rollout_report.batch_stops,
             "mig_preview_failure": as_filter(rollout_report.preview_failure, ValueError),
-            "mig_expected_advertisement": _wrap(decision.expected_advertisement),
+            "mig_expected_advertisement": _wrap(sharing.expected_advertisement),
             "mig_advertised": _wrap(decision.advertised),
             "mig_expected_slices": _wrap(decision.expected_slices),
             "mig_published_slices": _wrap(decision.published_slices),

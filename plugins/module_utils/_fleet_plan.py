@@ -62,6 +62,9 @@ EXACT_LIMIT = 400000
 WHOLE = "<whole GPU>"
 _RESOURCE_PREFIX = "nvidia.com/mig-"
 _WHOLE_RESOURCE = "nvidia.com/gpu"
+# The device plugin's renameByDefault appends this to a time-sliced resource (nvidia.com/mig-1g.10gb.shared).
+_SHARED_SUFFIX = ".shared"
+_WHOLE_RESOURCES = (_WHOLE_RESOURCE, _WHOLE_RESOURCE + _SHARED_SUFFIX)
 _PROFILE = re.compile(r"^(?P<base>[1-9][0-9]*g\.[1-9][0-9]*gb)(?P<attr>(?:[.+-][a-z]+)*)$")
 # config_label_prefix + "-" + 10 hex digits is a Kubernetes label value (63 characters at most) and a config name.
 _LABEL_PREFIX = re.compile(r"^[A-Za-z0-9][-_.A-Za-z0-9]{0,51}$")
@@ -289,10 +292,13 @@ def _is_int(value):
 
 
 def profile_from_resource(resource):
-    """nvidia.com/mig-1g.5gb.me -> 1g.5gb+me (the device plugin writes '+' as '.'); None if not MIG."""
+    """nvidia.com/mig-1g.5gb.me -> 1g.5gb+me (the device plugin writes '+' as '.'); None if not MIG.
+    A time-sliced resource renamed with '.shared' is its profile too (nvidia.com/mig-1g.10gb.shared -> 1g.10gb)."""
     if not resource.startswith(_RESOURCE_PREFIX):
         return None
     suffix = resource[len(_RESOURCE_PREFIX):]
+    if suffix.endswith(_SHARED_SUFFIX):
+        suffix = suffix[:-len(_SHARED_SUFFIX)]
     match = _PROFILE.match(suffix)
     if not match:
         return suffix
@@ -1243,7 +1249,7 @@ def _pod_requests(pod, name):
         for resource, quantity in asked.items():
             if not isinstance(resource, str):
                 raise PlanInputError("pod %s: resource names must be strings, got %s" % (name, describe(resource)))
-            if resource.startswith(_RESOURCE_PREFIX) or resource == _WHOLE_RESOURCE:
+            if resource.startswith(_RESOURCE_PREFIX) or resource in _WHOLE_RESOURCES:
                 if isinstance(quantity, str) and _DIGITS.match(quantity.strip()):
                     quantity = int(quantity.strip())
                 if isinstance(quantity, bool) or not isinstance(quantity, int):
@@ -1285,7 +1291,7 @@ def _single_profile(pod, default, name):
     return default
 
 
-def demand_from_pods(pods, strategy="mixed", node_names=None, single_profile=None, fleet=None):
+def demand_from_pods(pods, strategy="mixed", node_names=None, single_profile=None, fleet=None, replicas=None):
     """Pending MIG requests and devices in use, from pod manifests (kubernetes.core.k8s_info resources).
 
     Returns (demand items, in_use {inventory node: {device name: count}}, whole-GPU pods pending,
@@ -1296,7 +1302,15 @@ def demand_from_pods(pods, strategy="mixed", node_names=None, single_profile=Non
     profile; for a pending pod the profile comes from its nodeSelector
     nvidia.com/gpu.product (<model>-MIG-<profile>), else ``single_profile``, else it is unresolved.
     ``node_names`` maps Kubernetes node names to inventory names (default: the same).
+
+    ``replicas`` {profile: replicas per device} names the time-sliced profiles (the device plugin's
+    sharing): a request for one of them, or for its '.shared' resource, asks for replicas, not devices.
+    Pending replicas need ceil(replicas / per device) free devices; running pods' replicas hold as many
+    devices as there are replicas, at most the node's devices of the profile (the plugin's default
+    allocation policy, distributed, spreads replicas over devices). A '.shared' request for a profile
+    without replicas is unresolved.
     """
+    replicas = _replicas_per_device(replicas)
     if strategy not in ("mixed", "single"):
         raise PlanInputError("strategy must be mixed or single, got %s" % describe(strategy))
     node_names = node_names or {}
@@ -1314,6 +1328,8 @@ def demand_from_pods(pods, strategy="mixed", node_names=None, single_profile=Non
     in_use = {}
     whole_pending = 0
     unresolved = []
+    pending_replicas = {}
+    held_replicas = {}
     for pod in pods or []:
         if not isinstance(pod, Mapping):
             raise PlanInputError("pods must be pod manifests (mappings), got %s" % describe(pod))
@@ -1329,6 +1345,12 @@ def demand_from_pods(pods, strategy="mixed", node_names=None, single_profile=Non
         for resource, quantity in sorted(asked.items()):
             if quantity <= 0:
                 continue
+            shared = resource.endswith(_SHARED_SUFFIX)
+            if resource == _WHOLE_RESOURCE + _SHARED_SUFFIX and strategy == "mixed":
+                unresolved.append({"request": resource, "count": quantity, "sources": [name],
+                                   "reason": "time-sliced whole GPUs are not MIG devices; the planner does not "
+                                             "plan them"})
+                continue
             if resource == _WHOLE_RESOURCE and strategy == "mixed":
                 if node:
                     host = node_names.get(node, node)
@@ -1336,7 +1358,7 @@ def demand_from_pods(pods, strategy="mixed", node_names=None, single_profile=Non
                 else:
                     whole_pending += quantity
                 continue
-            if resource == _WHOLE_RESOURCE:
+            if resource in _WHOLE_RESOURCES:
                 profile = None
                 if node:
                     profile = _node_single_profile(fleet, node_names.get(node, node))
@@ -1350,26 +1372,70 @@ def demand_from_pods(pods, strategy="mixed", node_names=None, single_profile=Non
                     continue
             else:
                 profile = profile_from_resource(resource)
+            if shared and profile not in replicas:
+                unresolved.append({"request": resource, "count": quantity, "sources": [name],
+                                   "reason": "a time-sliced resource, but how many replicas each %s device gives is "
+                                             "not known (the sharing option)" % _text(profile)})
+                continue
+            # Time-sliced: the quantities are replicas; they become devices once all pods are counted.
             if node:
                 host = node_names.get(node, node)
-                in_use.setdefault(host, {})[profile] = in_use.get(host, {}).get(profile, 0) + quantity
+                target = held_replicas.setdefault(host, {}) if profile in replicas else in_use.setdefault(host, {})
+                target[profile] = target.get(profile, 0) + quantity
             else:
-                demand[profile] = demand.get(profile, 0) + quantity
+                target = pending_replicas if profile in replicas else demand
+                target[profile] = target.get(profile, 0) + quantity
                 sources.setdefault(profile, []).append(name)
+    for profile, count in pending_replicas.items():
+        demand[profile] = demand.get(profile, 0) + -(-count // replicas[profile])
+    for host, held in held_replicas.items():
+        for profile, count in held.items():
+            devices = _node_devices(fleet, host, profile)
+            busy = min(count, devices) if devices else count
+            in_use.setdefault(host, {})[profile] = in_use.get(host, {}).get(profile, 0) + busy
     items = [{"profile": p, "count": c, "strict": False, "source": ", ".join(sources[p])}
              for p, c in sorted(demand.items())]
     return items, in_use, whole_pending, unresolved
 
 
-def _node_single_profile(fleet, host):
+def _replicas_per_device(replicas):
+    """{profile: replicas per device} checked: names, and whole numbers of 1 or more."""
+    if replicas is None:
+        return {}
+    if not isinstance(replicas, Mapping):
+        raise PlanInputError("sharing must be a mapping of MIG profile to replicas per device, got %s"
+                             % describe(replicas))
+    for profile, count in replicas.items():
+        if not isinstance(profile, str) or not profile:
+            raise PlanInputError("sharing: keys must be MIG profile names, got %s" % describe(profile))
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise PlanInputError("sharing %s: replicas must be a whole number of 1 or more, got %s"
+                                 % (_text(profile), describe(count)))
+    return dict(replicas)
+
+
+def _node_mig_devices(fleet, host):
+    """The node's MIG device counts per GPU ({name: count} mappings) from its facts; [] when unknown."""
     facts = (fleet or {}).get(host)
     if isinstance(facts, Mapping) and "gpuops_mig" in facts:
         facts = facts["gpuops_mig"]
     gpus = facts.get("gpus") if isinstance(facts, Mapping) else None
-    names = set()
+    found = []
     for gpu in gpus if isinstance(gpus, list) else []:
         devices = gpu.get("mig_devices") if isinstance(gpu, Mapping) else None
-        names.update(n for n in (devices if isinstance(devices, Mapping) else {}) if isinstance(n, str))
+        if isinstance(devices, Mapping):
+            found.append(devices)
+    return found
+
+
+def _node_devices(fleet, host, profile):
+    return sum(d[profile] for d in _node_mig_devices(fleet, host) if _is_int(d.get(profile)))
+
+
+def _node_single_profile(fleet, host):
+    names = set()
+    for devices in _node_mig_devices(fleet, host):
+        names.update(n for n in devices if isinstance(n, str))
     return names.pop() if len(names) == 1 else None
 
 

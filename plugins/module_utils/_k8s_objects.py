@@ -90,11 +90,16 @@ def operator_namespace(cluster_policies: Iterable[Mapping[str, Any]]) -> str:
 
 def operator_configmaps(cluster_policies: Iterable[Mapping[str, Any]], node_names: Sequence[str]) -> list[str]:
     """The ConfigMaps mig-manager takes its config from, by name: the one each ClusterPolicy names, else the one
-    it generates for each node of node_names (<node>-mig-config) and the Helm chart's default."""
+    it generates for each node of node_names (<node>-mig-config) and the Helm chart's default; and the device
+    plugin's per-node configs (devicePlugin.config.name) where one is named."""
     names = []
     for policy in cluster_policies:
-        named = (((policy.get("spec") or {}).get("migManager") or {}).get("config") or {}).get("name")
+        spec = policy.get("spec") or {}
+        named = ((spec.get("migManager") or {}).get("config") or {}).get("name")
         names.extend([named] if named else ["%s-mig-config" % node for node in node_names] + [DEFAULT_OPERATOR_CONFIG])
+        plugin_configs = ((spec.get("devicePlugin") or {}).get("config") or {}).get("name")
+        if plugin_configs:
+            names.append(plugin_configs)
     return names
 
 

@@ -23,7 +23,8 @@ description:
     ConfigMaps there, C(kube-system/aws-auth) say, may hold credentials). These are the ones named in
     O(configmaps), and whenever a ClusterPolicy is found, the GPU Operator's mig-manager config (the ConfigMap the
     ClusterPolicy names, else C(<node>-mig-config) for each node of O(operator_config_nodes) and
-    C(default-mig-parted-config)).
+    C(default-mig-parted-config)), and the device plugin's per-node configs the ClusterPolicy names
+    (C(devicePlugin.config.name)).
   - What it returns holds cluster data; register it with C(no_log) where job logs are kept (AWX job events), as
     the M(gpuops.mig.mig_node) role does.
   - A kind the cluster does not serve (no ClusterPolicy CRD where the GPU Operator is not installed) reads as

@@ -55,8 +55,9 @@ options:
         C(mig_node_config_name), C(mig_node_config_from_label), C(mig_node_allow_unmatched), C(mig_node_force),
         C(mig_node_mig_strategy), C(mig_node_operator_mode), C(mig_node_reboot_method), C(mig_node_reboot_command),
         C(mig_node_driver_root), C(mig_node_drain), C(mig_node_read_allocations), C(mig_node_pod_resources_socket),
-        C(mig_node_owed_file), and O(restore) from C(mig_node_persist*) and C(mig_node_reset_gpus)); an empty
-        string counts as not set.
+        C(mig_node_owed_file), C(mig_node_sharing), C(mig_node_device_plugin_config_map),
+        C(mig_node_device_plugin_config_namespace), C(mig_node_device_plugin_config_name), and O(restore) from
+        C(mig_node_persist*) and C(mig_node_reset_gpus)); an empty string counts as not set.
       - The role's own task uses it, so that the role's variables are templated once per node, for the check and
         the settings together.
       - Fails outside the M(gpuops.mig.mig_node) role.
@@ -192,6 +193,30 @@ options:
         by a run that did not finish is repaired first (the decision's C(repair)).
     type: path
     default: /var/lib/gpuops-mig/owed.json
+  sharing:
+    description:
+      - "How the device plugin time-slices the layout's MIG devices: C({profile: {strategy, replicas, rename,
+        fail_requests_greater_than_one}}) or V(none) (the mig_node role's C(mig_node_sharing)). Checked against the
+        layout, the MIG strategy and the device plugin's config ConfigMap (RV(sharing))."
+    type: raw
+    default: {}
+  device_plugin_config_map:
+    description:
+      - The ConfigMap the device plugin reads its per-node configs from (without the GPU Operator). Under the GPU
+        Operator its ClusterPolicy's C(devicePlugin.config.name).
+    type: str
+    default: ""
+  device_plugin_config_namespace:
+    description: The namespace of O(device_plugin_config_map); empty, the GPU Operator's.
+    type: str
+    default: ""
+  device_plugin_config_name:
+    description:
+      - The entry of that ConfigMap for the node (the C(nvidia.com/device-plugin.config) label). With O(sharing),
+        the entry written (empty, C(gpuops-mig-<digest of its content>)); without, an existing entry, whose
+        time-slicing validation then expects.
+    type: str
+    default: ""
   preflight:
     description: The preflight checks; left out, only a missing driver or C(nvidia-ml-py) fails the node.
     type: dict
@@ -306,6 +331,14 @@ labels:
   type: dict
 operator:
   description: What the GPU Operator manages on the node (C(present) false without it), and NVIDIA's DRA driver (C(dra)).
+  returned: success and O(decide=true)
+  type: dict
+sharing:
+  description:
+    - The device plugin's config for the node's layout - C(managed) false when neither O(sharing) nor
+      O(device_plugin_config_name) is set; else C(policy) (the shared profiles), C(entry), C(configmap),
+      C(namespace), C(data) (entries to write) and C(label) (the C(nvidia.com/device-plugin.config) value to
+      set, null when the node has it).
   returned: success and O(decide=true)
   type: dict
 """

@@ -76,6 +76,13 @@ options:
       - Under O(strategy=single), the profile of a pending pod whose nodeSelector C(nvidia.com/gpu.product)
         does not name one (C(<model>-MIG-<profile>)). Without it such pods are unresolved. Not empty.
     type: str
+  sharing:
+    description:
+      - "How the device plugin time-slices MIG devices, as the mig_node role's C(mig_node_sharing)
+        (C({profile: {replicas: n, ...}}) or C(none)). A pod's request for a time-sliced profile, or for
+        its C(.shared) resource, counts replicas; C(replicas) of them fit on one device."
+      - A request for a C(.shared) resource of a profile not listed here is unresolved.
+    type: raw
   hosts:
     description:
       - Inventory hosts whose C(ansible_facts.gpuops_mig) form the fleet. Default the play's hosts.

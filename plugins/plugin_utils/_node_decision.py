@@ -67,6 +67,8 @@ def operator_view(policies, node=None, daemonsets=()):
         mig_strategy=strategy or "none",
         mig_strategy_set=bool(strategy),
         device_plugin=(spec.get("devicePlugin") or {}).get("enabled") is not False,
+        # The ConfigMap of per-node device-plugin configs (the nvidia.com/device-plugin.config label picks one).
+        device_plugin_config=(((spec.get("devicePlugin") or {}).get("config") or {}).get("name") or ""),
         gfd=(spec.get("gfd") or {}).get("enabled") is not False,
         mig_manager={
             "enabled": enabled,
@@ -422,7 +424,8 @@ def advertised(node, expected):
     """What a Node advertises, in the shape of expected_advertisement() (only the keys it speaks of)."""
     allocatable = ((node or {}).get("status") or {}).get("allocatable") or {}
     resources = dict((k, str(v)) for k, v in allocatable.items()
-                     if (k == "nvidia.com/gpu" or k.startswith("nvidia.com/mig-")) and str(v) != "0")
+                     if (k in ("nvidia.com/gpu", "nvidia.com/gpu.shared") or k.startswith("nvidia.com/mig-"))
+                     and str(v) != "0")
     labels = dict((k, v) for k, v in _labels(node).items() if k in expected["labels"])
     return {"resources": resources, "labels": labels}
 

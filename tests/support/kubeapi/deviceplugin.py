@@ -19,7 +19,8 @@ compute instance spans its GPU instance as nvidia.com/mig-<profile> ("+" becomes
 "."); `single` advertises MIG devices as nvidia.com/gpu when every GPU has MIG
 on with one profile, and otherwise the plugin fails to start (its pod is not
 Ready, nothing is advertised) and GFD labels the product <model>-MIG-INVALID.
-Per-node plugin configs (nvidia.com/device-plugin.config) are not emulated.
+The plugin's config (the ConfigMap entry the nvidia.com/device-plugin.config label selects) and its
+sharing are applied by sharing.py.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import collections
 import os
 import sys
 import weakref
+
+from . import sharing
 
 NVML_STATE_ANNOTATION = "kubeapi.test/nvml-state"
 PLUGIN = "plugin"
@@ -80,19 +83,23 @@ def reconcile(cluster):
         if not path:
             continue
         name = node["metadata"]["name"]
-        for pod in cluster.list("Pod", field_selector=f"spec.nodeName={name}"):
+        pods = cluster.list("Pod", field_selector=f"spec.nodeName={name}")
+        for pod in pods:
             role = pod_role(pod)
             if role is None or published.get((name, role)) == pod["metadata"]["uid"]:
                 continue
             published[(name, role)] = pod["metadata"]["uid"]
             view = advertise(_simulator()[0].load_state(path), mig_strategy(pod))
+            view = sharing.apply(cluster, node, pod, view, mig_strategy(pod), role == PLUGIN)
             if role == PLUGIN:
                 _publish_resources(cluster, node, view)
                 if not view["plugin_ok"]:
-                    cluster.set_status("Pod", pod["metadata"]["name"], _crashing(pod), pod["metadata"]["namespace"])
+                    cluster.set_status("Pod", pod["metadata"]["name"], _crashing(pod, view.get("plugin_error")),
+                                       pod["metadata"]["namespace"])
             else:
                 _publish_labels(cluster, node, view)
             node = cluster.get("Node", name)
+        sharing.refuse_oversized_requests(cluster, name, pods)
 
 
 def _publish_resources(cluster, node, view):
@@ -116,15 +123,15 @@ def _managed_label(key: str) -> bool:
         "nvidia.com/mig.capable", "nvidia.com/mig.strategy", "nvidia.com/mps.capable")
 
 
-def _crashing(pod):
+def _crashing(pod, message=None):
     status = dict(pod.get("status") or {}, phase="Running")
     status["conditions"] = [dict(c, status="False") if c.get("type") in ("Ready", "ContainersReady") else c
                             for c in status.get("conditions") or []]
     status["containerStatuses"] = [
         dict(c, ready=False, started=False, restartCount=1,
              state={"waiting": {"reason": "CrashLoopBackOff",
-                                "message": "all devices on the node must be configured with the same migEnabled "
-                                           "value and one MIG profile for migStrategy=single"}})
+                                "message": message or "all devices on the node must be configured with the same "
+                                                      "migEnabled value and one MIG profile for migStrategy=single"}})
         for c in status.get("containerStatuses") or []]
     return status
 

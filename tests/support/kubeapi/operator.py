@@ -20,12 +20,13 @@ nodelabeling_controller.go, object_controls.go):
 - Operand DaemonSets in status.namespace (OPERANDS): device plugin, GFD and mig-manager, each owned
   (controller reference) by the ClusterPolicy and labelled app.kubernetes.io/managed-by=gpu-operator,
   re-rendered when the ClusterPolicy changes (so mig.strategy changes roll the pods) and deleted when
-  their component is disabled or the ClusterPolicy goes.
+  their component is disabled or the ClusterPolicy goes. With devicePlugin.config.name, plugin and GFD
+  mount that ConfigMap as available-configs with DEFAULT_CONFIG (its entries are read by sharing.py).
 
 "MIG-capable" follows hasMIGCapableGPU: `nvidia.com/mig.capable` decides when present; otherwise a
 `nvidia.com/gpu.product` containing a100, a30 or h100 (the real list; H200 nodes rely on GFD's label).
 Not emulated: the driver, toolkit, validator, DCGM and MPS operands, vGPU/VM workload configs,
-per-node device-plugin configs, GPUCluster, and status conditions (status.state stays as seeded).
+GPUCluster, and status conditions (status.state stays as seeded).
 """
 
 from __future__ import annotations
@@ -192,6 +193,12 @@ def operand_daemonset(policy, name, selector, image, with_strategy):
         env += [dict(e) for e in mig_manager.get("env") or []]
         volumes.append({"name": "mig-parted-config", "configMap": {"name": mig_config_map(policy)}})
         mounts.append({"name": "mig-parted-config", "mountPath": "/mig-parted-config"})
+    plugin_config = ((spec.get("devicePlugin") or {}).get("config") or {})
+    if name in ("nvidia-device-plugin-daemonset", "gpu-feature-discovery") and plugin_config.get("name"):
+        # The operator's config-manager reads devicePlugin.config's ConfigMap (gpu-operator.md section 5.2).
+        env.append({"name": "DEFAULT_CONFIG", "value": plugin_config.get("default") or ""})
+        volumes.append({"name": "available-configs", "configMap": {"name": plugin_config["name"]}})
+        mounts.append({"name": "available-configs", "mountPath": "/available-configs"})
     container = {"name": name, "image": image, "env": env, "securityContext": {"privileged": True}}
     if mounts:
         container["volumeMounts"] = mounts

@@ -35,6 +35,17 @@ def test_tagged_arguments_plan_and_the_result_dumps_as_yaml():
     assert yaml.safe_load(yaml.safe_dump(result["vars"])) == result["vars"]
 
 
+def test_shared_pods_plan_devices_from_their_replicas():
+    pods = [{"metadata": {"name": "p%d" % i, "namespace": "ml"}, "status": {"phase": "Pending"},
+             "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/mig-1g.10gb.shared": 1}}}]}}
+            for i in range(5)]
+    result = run_action(ActionModule, tagged({"fleet": FLEET, "node_groups": GROUPS, "pods": pods,
+                                              "sharing": {"1g.10gb": {"replicas": 4, "rename": True}}}))
+    assert not result.get("failed"), result
+    assert result["plan"]["report"]["unresolved"] == []
+    assert [(d["request"], d["requested"]) for d in result["plan"]["report"]["demand"]] == [("1g.10gb", 2)]
+
+
 def test_facts_and_groups_from_the_inventory():
     hostvars = tagged(dict((host, {"ansible_facts": {"gpuops_mig": facts}}) for host, facts in FLEET.items()))
     task_vars = {"hostvars": hostvars, "ansible_play_hosts_all": ["a", "b"], "groups": tagged(GROUPS)}
@@ -57,6 +68,8 @@ def test_facts_and_groups_from_the_inventory():
     ({"demand": {"1g.10gb": 1}, "config_label_prefix": ""}, "config_label_prefix must be 1 to 52 letters"),
     ({"demand": {"1g.10gb": 1}, "exact_limit": -1}, "exact_limit must be a non-negative integer"),
     ({"demand": {"1g.10gb": -1}}, "count must be a non-negative integer, got -1"),
+    ({"pods": [], "sharing": {"1g.10gb": {"strategy": "mps", "replicas": 2}}},
+     "sharing, profile 1g.10gb: MPS cannot share MIG devices"),
 ])
 def test_odd_arguments_are_refused_naming_the_option(args, fragment):
     args = dict({"fleet": FLEET, "node_groups": GROUPS}, **args)

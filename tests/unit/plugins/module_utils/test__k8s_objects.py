@@ -43,6 +43,9 @@ def test_configmaps_to_read_by_name_with_the_operators_config_when_it_runs():
     # A ClusterPolicy that names no config: what mig-manager generates per node, and the chart's default.
     assert k8s.configmaps_to_read([], [{"spec": {}}], "gpu-operator", ["gpu-1", "gpu-2"]) == {
         "gpu-operator": ["default-mig-parted-config", "gpu-1-mig-config", "gpu-2-mig-config"]}
+    # The device plugin's per-node configs, where the ClusterPolicy names them.
+    plugin = {"spec": {"migManager": {"config": {"name": "custom-mig"}}, "devicePlugin": {"config": {"name": "dp"}}}}
+    assert k8s.configmaps_to_read([], [plugin], "nvidia", ["gpu-1"]) == {"nvidia": ["custom-mig", "dp"]}
 
 
 class Found:

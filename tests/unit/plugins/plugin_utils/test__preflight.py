@@ -1,6 +1,9 @@
 """The preflight checks (plugins/plugin_utils/_preflight.py), every branch."""
 
+import os
+
 import pytest
+import yaml
 
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _preflight as p
 
@@ -91,3 +94,33 @@ def test_every_problem_is_reported_at_once():
 def test_version_tuple():
     assert p.version_tuple("550.90.07") == (550, 90, 7) < p.version_tuple("575.0")
     assert p.version_tuple("v1.17.8-rc1") == (1, 17, 8, 1)
+
+
+ROLE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles", "mig_preflight")
+
+
+def _role_table():
+    with open(os.path.join(ROLE, "defaults", "main.yml")) as handle:
+        defaults = yaml.safe_load(handle)["mig_preflight_min_driver_versions"]
+    with open(os.path.join(ROLE, "meta", "argument_specs.yml")) as handle:
+        spec = yaml.safe_load(handle)["argument_specs"]["main"]["options"]["mig_preflight_min_driver_versions"]
+    assert spec["default"] == defaults      # the documented default is the one the role uses
+    return defaults
+
+
+@pytest.mark.parametrize("name, minimum", [
+    # NVIDIA MIG User Guide, Deployment Considerations (R620 page).
+    ("NVIDIA GB300", "595.58.03"),
+    ("NVIDIA B300 SXM6 AC", "580.82.07"),
+    ("NVIDIA RTX PRO 5000 Blackwell", "575.57.08"),
+    ("NVIDIA RTX PRO 4500 Blackwell", "575.64"),
+    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "575.51.03"),
+    ("NVIDIA H20", "535.161.07"),
+    ("NVIDIA GB200", "570.133.20"),
+])
+def test_the_role_table_follows_the_mig_user_guide(name, minimum):
+    table = _role_table()
+    below = ".".join(str(n) for n in p.version_tuple(minimum)[:-1] + (p.version_tuple(minimum)[-1] - 1,))
+    gpus = [{"index": 0, "name": name, "mig_capable": True}]
+    assert p.too_old(gpus, minimum, table) == []
+    assert p.too_old(gpus, below, table) == ["GPU 0 (%s), which needs %s or newer" % (name, minimum)]

@@ -21,7 +21,7 @@ ROLES = sorted(os.path.basename(os.path.dirname(os.path.dirname(p)))
                for p in glob.glob(os.path.join(contract.ROLES_DIR, "*", "meta", "argument_specs.yml")))
 
 # A role default that falls back to a shared variable: the spec documents the fallback and names the variable.
-SHARED_FALLBACK = re.compile(r"^\{\{ *(gpuops_mig_\w+) *\| *default\((.*)\) *\}\}$")
+SHARED_FALLBACK = re.compile(r"^\{\{ *(gpuops_mig_\w+) *\| *default\((.*?)(?:, *true)?\) *\}\}$")
 # A role default that is another variable of the play, with no literal default at all.
 PLAY_VARIABLE = re.compile(r"^\{\{ *(\w+) *\}\}$")
 

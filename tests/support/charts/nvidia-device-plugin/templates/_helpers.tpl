@@ -67,6 +67,14 @@ tolerations:
 - name: FAIL_ON_INIT_ERROR
   value: {{ .Values.failOnInitError | quote }}
 {{- end }}
+{{- if typeIs "string" .Values.deviceListStrategy }}
+- name: DEVICE_LIST_STRATEGY
+  value: {{ .Values.deviceListStrategy | quote }}
+{{- end }}
+{{- if typeIs "string" .Values.nvidiaDriverRoot }}
+- name: NVIDIA_DRIVER_ROOT
+  value: {{ .Values.nvidiaDriverRoot | quote }}
+{{- end }}
 {{- if and .Values.migStrategy (ne .Values.migStrategy "none") }}
 - name: NVIDIA_MIG_MONITOR_DEVICES
   value: all
@@ -76,5 +84,7 @@ tolerations:
   value: /config/config.yaml
 - name: DEFAULT_CONFIG
   value: {{ .Values.config.default | quote }}
+- name: FALLBACK_STRATEGIES
+  value: {{ join "," .Values.config.fallbackStrategies | quote }}
 {{- end }}
 {{- end -}}

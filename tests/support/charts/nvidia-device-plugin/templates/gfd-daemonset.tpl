@@ -38,6 +38,10 @@ spec:
               mountPath: /etc/kubernetes/node-feature-discovery/features.d
             - name: config
               mountPath: /config
+            {{- if include "ndp.configMapName" . }}
+            - name: available-configs
+              mountPath: /available-configs
+            {{- end }}
       volumes:
         - name: output-dir
           hostPath:
@@ -47,4 +51,9 @@ spec:
         # therefore see local storage on GFD pods.
         - name: config
           emptyDir: {}
+        {{- if include "ndp.configMapName" . }}
+        - name: available-configs
+          configMap:
+            name: {{ include "ndp.configMapName" . }}
+        {{- end }}
 {{- end }}

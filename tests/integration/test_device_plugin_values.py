@@ -1,0 +1,56 @@
+"""mig_device_plugin's typed variables through the real helm binary and the stand-in chart: rendered into the
+release's values (sharing configs into config.map, the allocation policy into each config), checked before helm
+runs, the free-form values merged last."""
+
+import os
+
+import pytest
+import yaml
+
+from test_roles import BIN, CHART, Fleet, output
+from tests.support.kubeapi import seed
+
+pytestmark = pytest.mark.playbook
+NS = "nvidia-device-plugin"
+
+
+def run(tmp_path, kube_api, kube_env, variables, name="plugin.yml"):
+    playbook = tmp_path / name
+    role = {"role": "gpuops.mig.mig_device_plugin", "vars": dict({
+        "mig_device_plugin_chart_ref": CHART, "mig_device_plugin_chart_repo_url": "",
+        "mig_device_plugin_helm_binary": os.path.join(BIN, "helm")}, **variables)}
+    playbook.write_text(yaml.safe_dump([{"name": "Device plugin", "hosts": "localhost", "gather_facts": False,
+                                         "roles": [role]}]))
+    return Fleet(tmp_path, kube_api, kube_env).run(str(playbook))
+
+
+def test_typed_settings_reach_the_chart(kube_api, kube_env, tmp_path):
+    kube_api.seed(seed.node("gpu-1", {"nvidia.com/gpu.present": "true"}))
+    proc = run(tmp_path, kube_api, kube_env, {
+        "mig_device_plugin_fail_on_init_error": False,
+        "mig_device_plugin_device_list_strategy": ["envvar", "cdi-cri"],
+        "mig_device_plugin_driver_root": "/run/nvidia/driver",
+        "mig_device_plugin_shared_devices_allocation_policy": "packed",
+        "mig_device_plugin_sharing_configs": {"ts4": {"1g.10gb": {"replicas": 4, "rename": True}}},
+        "mig_device_plugin_values": {"failOnInitError": True}})
+    assert proc.recap["localhost"]["failed"] == 0, output(proc)
+    plugin = kube_api.get("DaemonSet", "nvidia-device-plugin", NS)
+    env = dict((e["name"], e.get("value")) for e in plugin["spec"]["template"]["spec"]["containers"][0]["env"])
+    assert env["FAIL_ON_INIT_ERROR"] == "true"                 # the free-form value wins
+    assert env["DEVICE_LIST_STRATEGY"] == "envvar,cdi-cri"
+    assert env["NVIDIA_DRIVER_ROOT"] == "/run/nvidia/driver"
+    configs = kube_api.get("ConfigMap", "nvidia-device-plugin-configs", NS)["data"]
+    assert sorted(configs) == ["default", "ts4"]
+    ts4 = yaml.safe_load(configs["ts4"])
+    assert ts4["flags"]["plugin"] == {"sharedDevicesAllocationPolicy": "packed"}
+    assert ts4["sharing"]["timeSlicing"] == {"renameByDefault": True, "failRequestsGreaterThanOne": False,
+                                             "resources": [{"name": "nvidia.com/mig-1g.10gb", "replicas": 4}]}
+
+
+def test_bad_settings_fail_before_helm(kube_api, kube_env, tmp_path):
+    proc = run(tmp_path, kube_api, kube_env, {
+        "mig_device_plugin_sharing_configs": {"mps": {"1g.10gb": {"strategy": "mps", "replicas": 2}}}})
+    assert proc.recap["localhost"]["failed"] == 1, output(proc)
+    assert "config mps, profile 1g.10gb: MPS cannot share MIG devices" in proc.stdout, output(proc)
+    assert "TASK [gpuops.mig.mig_device_plugin : Deploy the NVIDIA device plugin" not in proc.stdout
+    assert kube_api.find("DaemonSet", "nvidia-device-plugin", NS) is None

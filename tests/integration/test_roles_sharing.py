@@ -1,0 +1,133 @@
+"""mig_node with the device plugin's time-slicing (mig_node_sharing): the config entry and the node label follow
+the layout inside the cordoned window, validation expects devices x replicas, bad input changes nothing."""
+
+import os
+import subprocess
+
+import gpuops_mig_sim as sim
+import pytest
+import yaml
+
+from test_roles import REPO, Fleet, output
+from tests.support.kubeapi import seed
+
+pytestmark = pytest.mark.playbook
+
+NS = "nvidia-device-plugin"
+CONFIG_LABEL = "nvidia.com/device-plugin.config"
+PLAYBOOK = "tests/integration/playbooks/mig_node.yml"
+FAST = {"mig_node_validate_timeout": 30, "mig_node_validate_delay": 1, "mig_node_drain_timeout": 30}
+
+
+def plugin_daemonsets():
+    """The chart's plugin and GFD (strategy mixed), reading their configs from the ConfigMap plugin-configs."""
+    out = []
+    for name in ("nvidia-device-plugin", "nvidia-device-plugin-gpu-feature-discovery"):
+        ds = seed.daemonset(name, namespace=NS, labels={"app.kubernetes.io/name": name},
+                            env={"MIG_STRATEGY": "mixed", "DEFAULT_CONFIG": "default"})
+        ds["spec"]["template"]["spec"]["volumes"] = [{"name": "available-configs",
+                                                      "configMap": {"name": "plugin-configs"}}]
+        out.append(ds)
+    return out
+
+
+@pytest.fixture
+def fleet(kube_api, kube_env, tmp_path):
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet.add("ts-1", "1xH100-SXM5-80GB", mig_node_layouts=[{"gpus": "all", "devices": {"1g.10gb": 4}}],
+              mig_node_sharing={"1g.10gb": {"strategy": "time-slicing", "replicas": 4}},
+              mig_node_device_plugin_config_map="plugin-configs", mig_node_device_plugin_config_namespace=NS,
+              mig_node_persist=False)
+    kube_api.seed(seed.namespace(NS), {"apiVersion": "v1", "kind": "ConfigMap",
+                                       "metadata": {"name": "plugin-configs", "namespace": NS},
+                                       "data": {"default": "version: v1\n"}}, *plugin_daemonsets())
+    return fleet
+
+
+def labelled_while_cordoned(kube_api):
+    """The node's (cordoned, config label) each time the config label changes."""
+    seen = []
+
+    def record(event):
+        labels = event.obj["metadata"].get("labels") or {}
+        entry = (bool((event.obj.get("spec") or {}).get("unschedulable")), labels.get(CONFIG_LABEL))
+        if entry[1] and (not seen or seen[-1][1] != entry[1]):
+            seen.append(entry)
+    kube_api.on("modified", record, kind="Node")
+    return seen
+
+
+def test_time_sliced_node_changes_layout_and_validates(fleet, kube_api):
+    seen = labelled_while_cordoned(kube_api)
+    proc = fleet.run(PLAYBOOK, FAST)
+    assert proc.recap["ts-1"]["failed"] == 0, output(proc)
+    node = kube_api.get("Node", "ts-1")
+    entry = node["metadata"]["labels"][CONFIG_LABEL]
+    assert entry.startswith("gpuops-mig-") and seen == [(True, entry)]     # set inside the cordoned window
+    assert node["status"]["allocatable"]["nvidia.com/mig-1g.10gb"] == "16"
+    assert node["metadata"]["labels"]["nvidia.com/mig-1g.10gb.replicas"] == "4"
+    data = kube_api.get("ConfigMap", "plugin-configs", NS)["data"]
+    assert data["default"] == "version: v1\n"                              # other entries are kept
+    assert yaml.safe_load(data[entry])["sharing"]["timeSlicing"]["resources"] == [
+        {"name": "nvidia.com/mig-1g.10gb", "replicas": 4}]
+
+    # A new layout with its own sharing: renamed, twice; the label follows in the new window.
+    fleet.hosts["ts-1"].update(mig_node_layouts=[{"gpus": "all", "devices": {"1g.10gb": 2, "3g.40gb": 1}}],
+                               mig_node_sharing={"1g.10gb": {"replicas": 2, "rename": True}, "3g.40gb": "none"})
+    proc = fleet.run(PLAYBOOK, FAST)
+    assert proc.recap["ts-1"]["failed"] == 0, output(proc)
+    node = kube_api.get("Node", "ts-1")
+    second = node["metadata"]["labels"][CONFIG_LABEL]
+    assert second != entry and seen == [(True, entry), (True, second)]
+    assert {k: v for k, v in node["status"]["allocatable"].items() if k.startswith("nvidia.com/mig-")} == {
+        "nvidia.com/mig-1g.10gb.shared": "4", "nvidia.com/mig-3g.40gb": "1"}
+    assert not node["spec"].get("unschedulable")
+
+    # The same again: converged, nothing written.
+    proc = fleet.run(PLAYBOOK, FAST)
+    assert proc.recap["ts-1"]["changed"] == 0, output(proc)
+
+
+@pytest.mark.parametrize("hostvars, message", [
+    ({"mig_node_sharing": {"2g.20gb": {"replicas": 4}}},
+     "ts-1: mig_node_sharing shares 2g.20gb, which the layout from mig_node_layouts does not create"),
+    ({"mig_node_sharing": {"1g.10gb": {"strategy": "mps", "replicas": 2}}},
+     "ts-1: mig_node_sharing, profile 1g.10gb: MPS cannot share MIG devices"),
+    ({"mig_node_sharing": {"1g.10gb": {"replicas": 0}}}, "replicas must be a whole number of 2 or more"),
+    ({"mig_node_sharing": {}, "mig_node_device_plugin_config_name": "ts8"},
+     "ts-1: entry 'ts8' of the device plugin's ConfigMap nvidia-device-plugin/plugin-configs does not exist"),
+])
+def test_bad_sharing_changes_nothing(fleet, kube_api, hostvars, message):
+    before = fleet.digest("ts-1")
+    fleet.hosts["ts-1"].update(hostvars)
+    proc = fleet.run(PLAYBOOK, FAST)
+    assert proc.recap["ts-1"]["failed"] == 1 and message in " ".join(proc.stdout.split()), output(proc)
+    assert fleet.digest("ts-1") == before
+    node = kube_api.get("Node", "ts-1")
+    assert CONFIG_LABEL not in node["metadata"]["labels"] and not node["spec"].get("unschedulable")
+    assert kube_api.get("ConfigMap", "plugin-configs", NS)["data"] == {"default": "version: v1\n"}
+
+
+def cdi_names(path):
+    return sorted(d["name"] for d in yaml.safe_load(open(path))["devices"])
+
+
+def test_the_cdi_spec_lists_the_new_mig_devices(kube_api, kube_env, tmp_path):
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    state = fleet.add("cdi-1", "1xA100-SXM4-40GB", mig_node_layouts=[{"gpus": "all", "devices": {"3g.20gb": 2}}],
+                      mig_node_persist=False, mig_node_validate=False, mig_node_device_plugin_restart=False)
+    spec = tmp_path / "cdi" / "nvidia.yaml"
+    spec.parent.mkdir()
+    env = dict(fleet.env, GPUOPS_MIG_SIMULATE=state)
+    subprocess.run([os.path.join(REPO, "tools", "sim-bin", "nvidia-ctk"), "cdi", "generate", "--output=%s" % spec],
+                   env=env, check=True)
+    assert cdi_names(spec) == sorted(["0", sim.load_state(state)["gpus"][0]["uuid"], "all"])   # no MIG device yet
+    fleet.hosts["cdi-1"]["mig_node_cdi_spec_paths"] = [str(tmp_path / "none.yaml"), str(spec)]
+
+    proc = fleet.run(PLAYBOOK, FAST)
+    assert proc.recap["cdi-1"]["failed"] == 0, output(proc)
+    names = cdi_names(spec)
+    assert [n for n in names if ":" in n] == ["0:0", "0:1"]                  # exactly the two new MIG devices
+    assert len([n for n in names if n.startswith("MIG-")]) == 2
+    assert sorted(p.name for p in spec.parent.iterdir()) == ["nvidia.yaml"]  # nothing left beside the spec
+    assert "Regenerate the host's CDI spec for the new MIG devices" in proc.stdout
