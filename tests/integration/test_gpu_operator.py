@@ -25,6 +25,7 @@ LAYOUTS = {
                       "mig-devices": {"3g.20gb": 2}}],
     },
 }
+USER_CONFIG = "mig-layouts"
 FAST = {"mig_node_validate_delay": "1", "mig_node_drain_retry_delay": "1", "mig_node_mig_manager_delay": "1",
         "mig_node_mig_manager_timeout": "60", "mig_node_validate_timeout": "60"}
 
@@ -40,7 +41,9 @@ def operator_fleet(tmp_path, kube_api, kube_env, models=("1xH100-SXM5-80GB", "1x
         sim.set_host(state, driver_root=root)
         sim.start_driver_container(state)
         fleet.hosts[name]["gpuops_mig_driver_root"] = root
-    kube_api.seed(*seed.gpu_operator(mig_strategy=strategy, config=LAYOUTS, device_plugin=device_plugin))
+    # The layouts live in a ConfigMap of the user's: the operator rewrites default-mig-parted-config.
+    kube_api.seed(*seed.gpu_operator(mig_strategy=strategy, config_name=USER_CONFIG, config=LAYOUTS,
+                                     device_plugin=device_plugin))
     migmanager.wait_idle(kube_api)
     return fleet
 
@@ -140,7 +143,7 @@ def test_hand_a_node_back_to_mig_manager(kube_api, kube_env, tmp_path):
 
 @pytest.mark.parametrize("extra, message", [
     ({"mig_node_config_name": "layout-x"},
-     "ConfigMap gpu-operator/default-mig-parted-config (key config.yaml): no config named 'layout-x'"),
+     "ConfigMap gpu-operator/mig-layouts (key config.yaml): no config named 'layout-x'"),
     ({"mig_node_config_configmap": "nope", "mig_node_config_name": "layout-a"},
      "no ConfigMap nope in namespace gpu-operator holds the MIG config"),
     ({"mig_node_config_configmap": "no-key", "mig_node_config_name": "layout-a"},

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import yaml
 
+from . import operator as gpu_operator_emulation
 from .deviceplugin import NVML_STATE_ANNOTATION
 
 
@@ -136,37 +137,10 @@ def load_manifests(path) -> list:
 
 # ----- NVIDIA GPU Operator and DRA driver ------------------------------------------------------------
 
-# A small mig-parted v1 config in the shape of the operator's default-mig-parted-config: one entry per
-# device-filter where a profile's count differs by GPU type (PCI device ids as in gpuops_mig_sim.models).
-A100_40GB, A100_80GB, H100_80GB, A30 = "0x20B010DE", "0x20B210DE", "0x233010DE", "0x20B710DE"
-DEFAULT_MIG_PARTED_CONFIG = {
-    "version": "v1",
-    "mig-configs": {
-        "all-disabled": [{"devices": "all", "mig-enabled": False}],
-        "all-enabled": [{"devices": "all", "mig-enabled": True, "mig-devices": {}}],
-        "all-1g.5gb": [{"device-filter": [A100_40GB], "devices": "all", "mig-enabled": True,
-                        "mig-devices": {"1g.5gb": 7}}],
-        "all-1g.10gb": [
-            {"device-filter": [A100_40GB], "devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 4}},
-            {"device-filter": [A100_80GB, H100_80GB], "devices": "all", "mig-enabled": True,
-             "mig-devices": {"1g.10gb": 7}},
-        ],
-        "all-1g.6gb": [{"device-filter": [A30], "devices": "all", "mig-enabled": True,
-                        "mig-devices": {"1g.6gb": 4}}],
-        "all-2g.20gb": [{"device-filter": [A100_80GB, H100_80GB], "devices": "all", "mig-enabled": True,
-                         "mig-devices": {"2g.20gb": 3}}],
-        "all-3g.20gb": [{"device-filter": [A100_40GB], "devices": "all", "mig-enabled": True,
-                         "mig-devices": {"3g.20gb": 2}}],
-        "all-balanced": [
-            {"device-filter": [A100_40GB], "devices": "all", "mig-enabled": True,
-             "mig-devices": {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}},
-            {"device-filter": [A100_80GB, H100_80GB], "devices": "all", "mig-enabled": True,
-             "mig-devices": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}},
-            {"device-filter": [A30], "devices": "all", "mig-enabled": True,
-             "mig-devices": {"1g.6gb": 2, "2g.12gb": 1}},
-        ],
-    },
-}
+# The operator's default-mig-parted-config (its asset, which it writes back on every reconcile).
+A100_40GB, A100_80GB = gpu_operator_emulation.A100_40GB, gpu_operator_emulation.A100_80GB
+H100_80GB, A30 = gpu_operator_emulation.H100_80GB, gpu_operator_emulation.A30
+DEFAULT_MIG_PARTED_CONFIG = gpu_operator_emulation.MIG_PARTED_ASSET
 
 CLUSTER_POLICY_CRD = "clusterpolicies.nvidia.com"
 
@@ -195,14 +169,23 @@ def cluster_policy_crd() -> dict:
 
 
 def gpu_operator(namespace: str = "gpu-operator", *, mig_strategy: str | None = "single", mig_manager: bool = True,
-                 config_name: str = "default-mig-parted-config", config: dict | None = None,
+                 config_name: str = "", config: dict | None = None,
                  device_plugin: bool = True, gfd: bool = True, config_default: str = "all-disabled",
-                 driver: bool = True) -> list:
+                 driver: bool = True, env: dict | None = None) -> list:
     """What a GPU Operator install leaves behind, for the emulator's operator (operator.py) to act on:
-    the CRD, the namespace, the ConfigMap `config_name` (key config.yaml, the mig-parted `config`, by
-    default DEFAULT_MIG_PARTED_CONFIG) and the ClusterPolicy `cluster-policy` (without mig.strategy when
-    mig_strategy is None, as CRs written by hand or by OLM may be). Seed them in this order."""
+    the CRD, the namespace, a ConfigMap of the user's `config_name` (key config.yaml, the mig-parted
+    `config`, by default DEFAULT_MIG_PARTED_CONFIG) and the ClusterPolicy `cluster-policy` (without
+    mig.strategy when mig_strategy is None, as CRs written by hand or by OLM may be; migManager.env from
+    `env`, WITH_REBOOT=false unless given). Seed them in this order.
+
+    config_name empty is the chart's default install: no ConfigMap of the user's; the operator writes
+    default-mig-parted-config from its asset and mig-manager generates <node>-mig-config. A `config`
+    needs a config_name of the user's: the operator would overwrite it in default-mig-parted-config."""
+    if config is not None and config_name in ("", gpu_operator_emulation.DEFAULT_MIG_CONFIG_MAP):
+        raise ValueError("seed.gpu_operator: a config needs a ConfigMap of the user's (config_name); the operator "
+                         "rewrites %s from its own asset" % gpu_operator_emulation.DEFAULT_MIG_CONFIG_MAP)
     text = yaml.safe_dump(config if config is not None else DEFAULT_MIG_PARTED_CONFIG, sort_keys=False)
+    env = dict({"WITH_REBOOT": "false"}, **(env or {}))
     policy = {
         "apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
         "metadata": {"name": "cluster-policy", "labels": {"app.kubernetes.io/component": "gpu-operator"}},
@@ -210,7 +193,7 @@ def gpu_operator(namespace: str = "gpu-operator", *, mig_strategy: str | None = 
             "operator": {"defaultRuntime": "containerd"},
             "mig": {"strategy": mig_strategy} if mig_strategy is not None else {},
             "migManager": {"enabled": mig_manager, "config": {"name": config_name, "default": config_default},
-                           "env": [{"name": "WITH_REBOOT", "value": "false"}]},
+                           "env": [{"name": k, "value": str(v)} for k, v in env.items()]},
             "devicePlugin": {"enabled": device_plugin},
             "gfd": {"enabled": gfd},
             "driver": {"enabled": driver},
@@ -222,7 +205,7 @@ def gpu_operator(namespace: str = "gpu-operator", *, mig_strategy: str | None = 
         "status": {"namespace": namespace, "state": "ready"},
     }
     objs = [cluster_policy_crd(), namespace_manifest(namespace)]
-    if config_name:
+    if config_name and config_name != gpu_operator_emulation.DEFAULT_MIG_CONFIG_MAP:
         objs.append({"apiVersion": "v1", "kind": "ConfigMap",
                      "metadata": {"name": config_name, "namespace": namespace},
                      "data": {"config.yaml": text}})
