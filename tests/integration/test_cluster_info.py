@@ -81,8 +81,10 @@ def test_configmaps_are_read_by_name_never_listed(kube_api, kube_env, tmp_path):
     ], kube_env, tmp_path)
     for name in ("here", "module"):
         found = results[name]["configmaps"]
+        # default-mig-parted-config: the operator writes it from its asset on the chart's default install.
         assert sorted((ns, c["metadata"]["name"]) for ns, cms in found.items() for c in cms) == [
-            ("gpu-operator", "gpu-1-mig-config"), ("kube-system", "fleet-mig")], name
+            ("gpu-operator", "default-mig-parted-config"), ("gpu-operator", "gpu-1-mig-config"),
+            ("kube-system", "fleet-mig")], name
         assert "aws-auth" not in str(results[name]) and "s3cr3t" not in str(results[name]), name
     configmap_reads = [r for r in kube_api.requests[seen:] if "/configmaps" in r.path]
     assert configmap_reads and all(r.method == "GET" and not r.path.endswith("/configmaps") for r in configmap_reads), \
