@@ -396,13 +396,16 @@ def test_mig_parted_applies_gpu_by_gpu(kube_api, tmp_path, idle):
     sim.create_state(path, "2xA100-SXM4-40GB")
     kube_api.seed(seed.node("gpu-1", GPU, nvml_state=path), *seed.gpu_operator())
     idle()
-    sim.add_fault(path, "nvmlDeviceCreateGpuInstanceWithPlacement", "INSUFFICIENT_RESOURCES", nth=3)
     kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "all-3g.20gb"}}})
+    idle()
+    # From 2 x 3g.20gb to 4 x 1g.10gb on each GPU; the sixth GPU instance (GPU 1's second) cannot be created.
+    sim.add_fault(path, "nvmlDeviceCreateGpuInstanceWithPlacement", "INSUFFICIENT_RESOURCES", nth=6)
+    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
     idle()
     assert labels_of(kube_api)[STATE] == "failed"
     gpus = sim.load_state(path)["gpus"]
-    assert sorted(gi["profile_id"] for gi in gpus[0]["gpu_instances"]) == [9, 9]   # stays changed
-    assert gpus[1]["gpu_instances"] == [] and gpus[1]["mig"]["current"] == sim.MIG_ENABLE  # cleared
+    assert sorted(gi["profile_id"] for gi in gpus[0]["gpu_instances"]) == [15] * 4   # stays changed
+    assert gpus[1]["gpu_instances"] == [] and gpus[1]["mig"]["current"] == sim.MIG_ENABLE  # cleared, not rolled back
 
 
 def test_gpu_client_shutdown_waits_scale_with_the_knob(kube_api, host, monkeypatch, idle):
