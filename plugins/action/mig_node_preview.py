@@ -206,7 +206,8 @@ class ActionModule(ActionBase):
             decision = node_decision.decide(info, layout["node"], layout["operator"], {
                 "host": host, "kubernetes": args["kubernetes"], "strategy": args["strategy"],
                 "operator_mode": args["operator_mode"], "source": layout["source_kind"],
-                "config_label": layout["config_label"], "cordoned_annotation": args["cordoned_annotation"]})
+                "config_label": layout["config_label"], "cordoned_annotation": args["cordoned_annotation"],
+                "configmap": layout.pop("configmap"), "configmap_explicit": bool(args["configmap"])})
         except (Refused, node_decision.DecisionError) as e:
             return dict(result, failed=True, msg=str(e))
         finally:
@@ -253,7 +254,7 @@ class ActionModule(ActionBase):
                           "mig_node_config_file (a mig-parted file on the controller), mig_node_layouts (inline "
                           "layouts) or mig_node_config_configmap (a ConfigMap in the cluster); none is set, and no "
                           "GPU Operator was found whose config could be used." % host)
-        origin = None
+        origin = configmap = None
         if kind == "configmap":
             candidates = [args["configmap"]] if args["configmap"] else operator["mig_manager"]["config_maps"]
             namespace = args["configmap_namespace"] or operator.get("namespace") or "gpu-operator"
@@ -261,7 +262,7 @@ class ActionModule(ActionBase):
                                                          namespace, args["configmap_key"], host)
             if found["error"]:
                 raise Refused(found["error"])
-            module_args, origin = {"config": found["config"]}, found["origin"]
+            module_args, origin, configmap = {"config": found["config"]}, found["origin"], found["configmap"]
         elif kind == "mig_node_config":
             module_args = {"config": args["config"]}
         elif kind == "mig_node_config_file":
@@ -292,7 +293,7 @@ class ActionModule(ActionBase):
         if origin:
             source["origin"] = origin
         return {"node": node, "labels": labels, "operator": operator, "source_kind": kind, "source": source,
-                "config_name": name, "config_label": label, "module_args": module_args}
+                "config_name": name, "config_label": label, "module_args": module_args, "configmap": configmap}
 
     def _read_file(self, path):
         # As the file lookup finds it (the role's files/, the playbook's directory, or an absolute path);

@@ -55,6 +55,7 @@ def operator_view(policies, node=None, daemonsets=()):
     enabled = mig_manager.get("enabled") is not False     # unset means enabled
     deploy = labels.get(LABEL_MIG_MANAGER, "")
     node_name = (node or {}).get("metadata", {}).get("name", "")
+    config_maps = [config["name"]] if config.get("name") else ["%s-mig-config" % node_name, DEFAULT_OPERATOR_CONFIG]
     view.update(
         present=True,
         name=policy["metadata"]["name"],
@@ -71,13 +72,22 @@ def operator_view(policies, node=None, daemonsets=()):
             # The operator schedules mig-manager where this label is "true"; paused counts as there.
             "on_node": enabled and deploy in ("true", PAUSED),
             "deploy_label": deploy or None,
-            # Named: that ConfigMap, key config.yaml. Empty: mig-manager generates <node>-mig-config.
-            "config_maps": [config["name"]] if config.get("name") else
-                           ["%s-mig-config" % node_name, DEFAULT_OPERATOR_CONFIG],
+            # Named: that ConfigMap, key config.yaml. Empty: mig-manager generates <node>-mig-config from the
+            # hardware (default-mig-parted-config is only its fallback, and the operator rewrites it).
+            "config_maps": config_maps,
             "config_default": config.get("default", "all-disabled"),
+            # WITH_REBOOT: a mode change that does not take effect reboots the node (state rebooting), and
+            # the driver container rebuilds before mig-manager goes on.
+            "with_reboot": any(e.get("name") == "WITH_REBOOT" and _go_bool(e.get("value"))
+                               for e in mig_manager.get("env") or [] if isinstance(e, dict)),
         },
     )
     return view
+
+
+def _go_bool(value):
+    """strconv.ParseBool's true, as mig-manager reads its WITH_REBOOT env."""
+    return str(value if value is not None else "").strip() in ("1", "t", "T", "TRUE", "true", "True")
 
 
 def active_policy(policies):
@@ -198,11 +208,44 @@ def operator_mode(wanted, operator, source, host):
 
 def mig_manager_run(node):
     """What the node's nvidia.com/mig.config.state says of mig-manager's run: {state, in_flight, finished,
-    settled}. A run in flight ends with its own success or failed whatever the label asks meanwhile (mig-manager
-    reads a new nvidia.com/mig.config value only between runs), so the label is changed only once it is settled."""
+    settled, restart_helps}. A run in flight ends with its own success or failed whatever the label asks
+    meanwhile (mig-manager reads a new nvidia.com/mig.config value only between runs), so the label is changed
+    only once it is settled. A run still `pending` after the wait (or no state at all: mig-manager never took
+    the label up) is what a new pod gets out of; `rebooting` is a node going down and back (WITH_REBOOT),
+    which a pod restart cannot shorten."""
     state = _labels(node).get(LABEL_STATE, "")
     return {"state": state, "in_flight": state in MIG_MANAGER_IN_FLIGHT, "finished": state in MIG_MANAGER_FINISHED,
-            "settled": state not in MIG_MANAGER_IN_FLIGHT}
+            "settled": state not in MIG_MANAGER_IN_FLIGHT, "restart_helps": state in ("pending", "")}
+
+
+def paused_operands(node):
+    """The operand deploy labels a mig-manager run left at paused-for-mig-change, with the value its setState
+    would have written back ("true"). mig-manager restores them at most once per pod (NVIDIA/mig-parted
+    pkg/mig/reconfigure: NoRestartK8sDaemonsetsOnExit is set by the first run that restarts the GPU clients and
+    never reset), so after a failure they stay paused and the node advertises no GPUs."""
+    return dict((k, "true") for k, v in sorted(_labels(node).items())
+                if k.startswith(LABEL_DEPLOY) and k != LABEL_MIG_MANAGER and v == PAUSED)
+
+
+def check_mig_manager_config(operator, configmap, explicit, host):
+    """Driving mig-manager, the layout must come from the config mig-manager reads: the ClusterPolicy's
+    migManager.config.name, else the config it generated for the node (<node>-mig-config). A ConfigMap named
+    in the inventory that is neither would be checked here and then looked up by mig-manager in another config
+    (a different layout under the same name, or none)."""
+    reads = operator["mig_manager"]["config_maps"][0]
+    if not explicit or configmap == reads:
+        return
+    named = operator["mig_manager"]["config_maps"] == [reads] and reads != DEFAULT_OPERATOR_CONFIG
+    raise DecisionError(
+        "%s: the GPU Operator's mig-manager reads its MIG config from ConfigMap %s/%s (%s), not from %s, so the "
+        "layout would be checked against a config mig-manager does not use. Nothing was changed. Name your "
+        "ConfigMap in the ClusterPolicy (migManager.config.name) and leave mig_node_config_configmap out, or "
+        "set mig_node_operator_mode=takeover.%s"
+        % (host, operator["namespace"], reads,
+           "its migManager.config.name" if named else "generated by mig-manager from the node's GPUs, since the "
+           "ClusterPolicy names no migManager.config.name", configmap,
+           " The operator rewrites %s from its own asset: never put layouts there." % DEFAULT_OPERATOR_CONFIG
+           if configmap == DEFAULT_OPERATOR_CONFIG else ""))
 
 
 def _why_not_on_node(manager):
@@ -264,6 +307,8 @@ def decide(info, node, operator, settings):
     labels = _labels(node)
     change = info["change"]
     mode = settings["mode"]
+    if mode == "mig-manager":
+        check_mig_manager_config(operator, settings.get("configmap"), settings.get("configmap_explicit"), host)
     path = "converged" if not change["any"] else ("mig-manager" if mode == "mig-manager" else "reconfigure")
     decision = {
         "path": path,
@@ -273,7 +318,8 @@ def decide(info, node, operator, settings):
         "operator_mode": mode,
         "strategy": settings["strategy"],
         # Our own modules change the GPUs: mig-manager must be off on the node first (and stay off).
-        "switch_off_mig_manager": mode == "takeover" and labels.get(LABEL_MIG_MANAGER) != "false",
+        "operator_mig_manager_off": mode == "takeover" and labels.get(LABEL_MIG_MANAGER) != "false",
+        "host_mig_manager": host_mig_manager_action(info, mode),
         "persist": mode != "mig-manager",
         "restore_in_step": bool((info.get("restore") or {}).get("in_step", True)),
         "cordoned_earlier": settings.get("cordoned_annotation", "") in _annotations(node),
@@ -281,6 +327,11 @@ def decide(info, node, operator, settings):
         "converged_labels": {},
         # A mig-manager run already in flight is waited out before the label changes (drive.yml).
         "mig_manager_run": mig_manager_run(node) if mode == "mig-manager" else None,
+        # With WITH_REBOOT a mode change may reboot the node and wait for the driver container's rebuild: the
+        # wait for mig-manager gets mig_node_mig_manager_reboot_timeout more.
+        "mig_manager_may_reboot": mode == "mig-manager" and (
+            (bool(change["mode"]) and bool(operator["mig_manager"].get("with_reboot")))
+            or _labels(node).get(LABEL_STATE) == "rebooting"),
     }
     if settings.get("kubernetes") and path == "converged":
         wanted = {LABEL_CONFIG: settings["config_label"]}
@@ -288,13 +339,50 @@ def decide(info, node, operator, settings):
             wanted[LABEL_STATE] = "success"
         decision["converged_labels"] = dict((k, v) for k, v in wanted.items() if labels.get(k) != v)
     # A converged node with none of these is finished by its preview alone (site.yml skips its steady pass).
+    decision["mig_manager_failure_hint"] = mounted_config_hint(operator, node, settings["config_label"]) \
+        if path == "mig-manager" else ""
+    # takeover.yml does both: the operator's mig-manager off, NVIDIA's host unit off (or back on at hand-back).
+    decision["switch_off_mig_manager"] = decision["operator_mig_manager_off"] or bool(decision["host_mig_manager"])
     decision["steady_work"] = [name for name, due in (
-        ("switch off mig-manager", decision["switch_off_mig_manager"]),
+        ("switch off mig-manager", decision["operator_mig_manager_off"]),
+        ("disable nvidia-mig-manager.service", decision["host_mig_manager"] == "disable"),
+        ("enable nvidia-mig-manager.service again", decision["host_mig_manager"] == "enable"),
         ("restore", decision["persist"] and not decision["restore_in_step"]),
         ("labels", bool(decision["converged_labels"])),
         ("uncordon", decision["cordoned_earlier"] and path == "converged")) if due]
     decision["summary"] = _summary(host, settings["config_label"], decision)
     return decision
+
+
+def mounted_config_hint(operator, node, config_label):
+    """What a `failed` from mig-manager may mean when it reads a ConfigMap of the user's: the pod reads the
+    ConfigMap as mounted, and the kubelet refreshes a mounted ConfigMap only on its sync period (about a
+    minute), so a config name added just before the rollout is not there yet for it. A generated
+    <node>-mig-config is read once, at the pod's start, and has no such delay."""
+    manager = operator["mig_manager"]
+    if len(manager["config_maps"]) != 1:
+        return ""
+    return ("; if '%s' was added to ConfigMap %s/%s in the last minutes, mig-manager may not see it yet (a mounted "
+            "ConfigMap reaches the pod only after the kubelet's sync, about a minute): wait, or restart the node's "
+            "mig-manager pod (kubectl delete pod -n %s -l app=nvidia-mig-manager --field-selector "
+            "spec.nodeName=%s), then run again"
+            % (config_label, operator["namespace"], manager["config_maps"][0], operator["namespace"],
+               ((node or {}).get("metadata") or {}).get("name", "")))
+
+
+def host_mig_manager_action(info, mode):
+    """NVIDIA's host unit nvidia-mig-manager.service (mig_node_info's host_mig_manager): "disable" where the
+    collection applies a MIG layout itself and the unit would apply its own config at the next boot, after the
+    collection's boot-time restore; "enable" where MIG is declared off (the hand-back: no restore any more) and
+    the collection is the one that disabled it; else None. Its override.conf is never touched."""
+    unit = info.get("host_mig_manager") or {}
+    if not unit.get("present") or mode == "mig-manager":
+        return None
+    if info.get("wants_mig") and unit.get("enabled"):
+        return "disable"
+    if not info.get("wants_mig") and not unit.get("enabled") and unit.get("disabled_by_gpuops"):
+        return "enable"
+    return None
 
 
 def left_alone(node, operator, settings):
@@ -305,7 +393,8 @@ def left_alone(node, operator, settings):
     return {
         "path": "converged", "mode_change": False, "geometry_change": False, "wants_mig": False,
         "operator_mode": "none", "strategy": effective_strategy(settings.get("strategy"), operator, host),
-        "switch_off_mig_manager": False, "persist": False, "restore_in_step": True,
+        "switch_off_mig_manager": False, "operator_mig_manager_off": False, "host_mig_manager": None,
+        "persist": False, "restore_in_step": True,
         "cordoned_earlier": cordoned, "unschedulable": bool(((node or {}).get("spec") or {}).get("unschedulable")),
         "converged_labels": {}, "steady_work": ["uncordon"] if cordoned else [],
         "summary": "%s: the plan leaves this node as it is (no MIG layout for its GPUs): nothing to do." % host,
