@@ -32,6 +32,7 @@ ARGUMENT_SPEC = dict(
     k8s_node_name=dict(type="str"),
     nodes=dict(type="list", elements="dict", default=[]),
     cluster_policies=dict(type="list", elements="dict", default=[]),
+    gpu_clusters=dict(type="list", elements="dict", default=[]),
     daemonsets=dict(type="list", elements="dict", default=[]),
     configmaps=dict(type="dict", default={}),
     config=dict(type="raw"),
@@ -244,7 +245,7 @@ class ActionModule(ActionBase):
         node = pick_node(host, args)
         labels = dict(((node or {}).get("metadata") or {}).get("labels") or {})
         operator = node_decision.operator_view(args["cluster_policies"] if args["kubernetes"] else [], node,
-                                               args["daemonsets"])
+                                               args["daemonsets"], args["gpu_clusters"] if args["kubernetes"] else [])
         if sources == ["mig_node_config_configmap"] or (not sources and operator["present"]):
             kind = "configmap"
         elif sources:

@@ -37,15 +37,17 @@ class DecisionError(Exception):
 
 # -- the GPU Operator ------------------------------------------------------------
 
-def operator_view(policies, node=None, daemonsets=()):
+def operator_view(policies, node=None, daemonsets=(), gpu_clusters=()):
     """What the GPU Operator manages, for one node: {present: False} without a ClusterPolicy.
 
     policies: the ClusterPolicy objects; node: the Node object (or None);
-    daemonsets: the cluster's DaemonSets (for NVIDIA's DRA driver).
+    daemonsets: the cluster's DaemonSets (for NVIDIA's DRA driver); gpu_clusters: the GPUCluster objects
+    (nvidia.com/v1alpha1, GPU Operator v26.7's DRA stack), reported under gpu_cluster where no ClusterPolicy is.
     """
     labels = _labels(node)
-    view = {"present": False, "dra": dra_view(daemonsets, labels)}
+    view = {"present": False, "dra": dra_view(daemonsets, labels), "gpu_cluster": None}
     if not policies:
+        view["gpu_cluster"] = gpu_cluster_view(gpu_clusters)
         return view
     policy = active_policy(policies)
     spec = policy.get("spec") or {}
@@ -83,6 +85,20 @@ def operator_view(policies, node=None, daemonsets=()):
         },
     )
     return view
+
+
+def gpu_cluster_view(gpu_clusters):
+    """A GPUCluster (the operator's singleton gpu-cluster; the oldest if several): {name, namespace, dynamic_mig},
+    or None. It runs NVIDIA's DRA driver and no mig-manager, device plugin or GFD: its MIG devices must be
+    set up beforehand (NVIDIA/gpu-operator api/nvidia/v1alpha1/gpucluster_types.go), the static layout the
+    collection applies itself."""
+    if not gpu_clusters:
+        return None
+    cluster = active_policy(gpu_clusters)
+    gates = (((cluster.get("spec") or {}).get("draDriver") or {}).get("featureGates") or {})
+    return {"name": cluster["metadata"]["name"],
+            "namespace": (cluster.get("status") or {}).get("namespace") or "gpu-operator",
+            "dynamic_mig": _go_bool(gates.get("DynamicMIG"))}
 
 
 def _go_bool(value):
@@ -183,7 +199,7 @@ def operator_mode(wanted, operator, source, host):
     if not operator.get("present"):
         if wanted == "mig-manager":
             raise DecisionError("%s: mig_node_operator_mode=mig-manager, but no GPU Operator ClusterPolicy "
-                                "was found. Nothing was changed." % host)
+                                "was found%s. Nothing was changed." % (host, _gpu_cluster_note(operator)))
         return "none"
     manager = operator["mig_manager"]
     if wanted == "takeover":
@@ -254,7 +270,21 @@ def _why_not_on_node(manager):
     return "its label %s is %s" % (LABEL_MIG_MANAGER, manager["deploy_label"] or "missing")
 
 
+def _gpu_cluster_note(operator):
+    cluster = operator.get("gpu_cluster")
+    if not cluster:
+        return ""
+    return (" (the GPUCluster %s runs NVIDIA's DRA driver and no mig-manager: its MIG devices are a static layout "
+            "the collection applies itself; leave mig_node_operator_mode at auto)" % cluster["name"])
+
+
 def refuse_dynamic_mig(operator, host):
+    cluster = operator.get("gpu_cluster") or {}
+    if cluster.get("dynamic_mig"):
+        raise DecisionError(
+            "%s: the GPUCluster %s runs NVIDIA's DRA driver with its DynamicMIG feature gate, which creates MIG "
+            "devices per claim and destroys those it did not create. Nothing was changed. Leave this node to the "
+            "DRA driver, or turn DynamicMIG off." % (host, cluster["name"]))
     dra = operator.get("dra") or {}
     if dra.get("present") and dra.get("dynamic_mig"):
         raise DecisionError(
@@ -327,6 +357,7 @@ def decide(info, node, operator, settings):
         "converged_labels": {},
         # A mig-manager run already in flight is waited out before the label changes (drive.yml).
         "mig_manager_run": mig_manager_run(node) if mode == "mig-manager" else None,
+        "gpu_cluster": (operator.get("gpu_cluster") or {}).get("name"),
         # With WITH_REBOOT a mode change may reboot the node and wait for the driver container's rebuild: the
         # wait for mig-manager gets mig_node_mig_manager_reboot_timeout more.
         "mig_manager_may_reboot": mode == "mig-manager" and (
@@ -407,6 +438,8 @@ def _summary(host, label, decision):
     parts = (["MIG mode change"] if decision["mode_change"] else []) + \
             (["geometry change"] if decision["geometry_change"] else [])
     how = " (applied by the GPU Operator's mig-manager)" if decision["path"] == "mig-manager" else ""
+    if decision.get("gpu_cluster"):
+        how = " (a static layout under the GPUCluster %s, which runs no mig-manager)" % decision["gpu_cluster"]
     run = decision.get("mig_manager_run") or {}
     if decision["path"] == "mig-manager" and run.get("in_flight"):
         how += ", once its run in flight (nvidia.com/mig.config.state=%s) has ended" % run["state"]

@@ -260,6 +260,24 @@ def test_dra_driver_static_mig_is_validated_through_resourceslices_and_dynamic_m
     assert fleet.digest("gpu-0") == before
 
 
+def test_a_gpu_cluster_node_gets_its_static_layout_from_the_collection(kube_api, kube_env, tmp_path):
+    """GPU Operator v26.7's GPUCluster runs NVIDIA's DRA driver and no mig-manager: its MIG devices must be set up
+    beforehand. The collection applies the layout itself and deploys no device plugin beside the DRA driver."""
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet.add("gpu-0", "1xH100-SXM5-80GB", mig_node_layouts=[{"gpus": "all", "devices": {"3g.40gb": 2}}])
+    # The GPUCluster's DRA kubelet plugin: the emulator plays it with the standalone driver's DaemonSet.
+    kube_api.seed(*seed.gpu_cluster(), *seed.dra_driver(namespace="gpu-operator"))
+    refused = fleet.run("playbooks/site.yml", dict(FAST, mig_node_operator_mode="mig-manager"))
+    assert refused.returncode != 0 and "GPUCluster gpu-cluster runs NVIDIA's DRA driver and no mig-manager" in \
+        refused.stdout, output(refused)
+    site = fleet.run("playbooks/site.yml", FAST)
+    assert site.returncode == 0, output(site)
+    assert "a static layout under the GPUCluster gpu-cluster" in site.stdout
+    assert profiles(fleet, "gpu-0") == [9, 9] and node_labels(kube_api, "gpu-0")[STATE] == "success"
+    assert "Wait until the node's ResourceSlices publish the layout" in site.stdout
+    assert kube_api.list("DaemonSet", namespace="nvidia-device-plugin") == []
+
+
 # NVIDIA's host service as NVIDIA/mig-parted deployments/systemd installs it: a oneshot unit that applies the
 # config its drop-in override.conf selects (MIG_PARTED_SELECTED_CONFIG) at every boot. Here its ExecStart applies
 # that config of the operator's asset to the simulated GPUs.

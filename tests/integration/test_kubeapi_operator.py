@@ -101,14 +101,25 @@ def test_kubernetes_core_reads_cluster_policy_and_resource_slices(kube_api, kube
     assert labels_of(kube_api)[STATE] == "success" and len(gis(host)) == 4
 
 
-def test_cluster_policy_is_served_only_while_its_crd_exists(kube_api):
-    dyn = k8s_dynamic.DynamicClient(k8s_config.new_client_from_config(kube_api.kubeconfig))
+def dynamic(api):
+    return k8s_dynamic.DynamicClient(k8s_config.new_client_from_config(api.kubeconfig))
+
+
+@pytest.mark.parametrize("api_version, kind, first, then", [
+    ("nvidia.com/v1", "ClusterPolicy", [], seed.gpu_operator),
+    # nvidia.com serves two versions: GPUCluster (operator v26.7's DRA stack) beside ClusterPolicy.
+    ("nvidia.com/v1alpha1", "GPUCluster", seed.gpu_operator, seed.gpu_cluster)])
+def test_nvidia_custom_resources_are_served_only_while_their_crds_exist(kube_api, api_version, kind, first, then):
+    if first:
+        kube_api.seed(*first())
     with pytest.raises(ResourceNotFoundError):
-        dyn.resources.get(api_version="nvidia.com/v1", kind="ClusterPolicy")
-    kube_api.seed(*seed.gpu_operator())
-    dyn = k8s_dynamic.DynamicClient(k8s_config.new_client_from_config(kube_api.kubeconfig))
-    policies = dyn.resources.get(api_version="nvidia.com/v1", kind="ClusterPolicy").get()
-    assert [p.metadata.name for p in policies.items] == ["cluster-policy"]
+        dynamic(kube_api).resources.get(api_version=api_version, kind=kind)
+    kube_api.seed(*then())
+    dyn = dynamic(kube_api)
+    assert [o.metadata.name for o in dyn.resources.get(api_version=api_version, kind=kind).get().items] == [
+        "cluster-policy" if kind == "ClusterPolicy" else "gpu-cluster"]
+    assert [p.metadata.name for p in dyn.resources.get(api_version="nvidia.com/v1", kind="ClusterPolicy").get().items] \
+        == ["cluster-policy"]
     assert dyn.resources.get(api_version="resource.k8s.io/v1", kind="ResourceSlice").get().items == []
 
 

@@ -213,6 +213,32 @@ def gpu_operator(namespace: str = "gpu-operator", *, mig_strategy: str | None = 
     return objs
 
 
+GPU_CLUSTER_CRD = "gpuclusters.nvidia.com"
+
+
+def gpu_cluster(namespace: str = "gpu-operator", *, dynamic_mig: bool = False) -> list:
+    """GPU Operator v26.7's DRA stack (tech preview, NVIDIA/gpu-operator api/nvidia/v1alpha1/gpucluster_types.go):
+    the CRD gpuclusters.nvidia.com and the singleton GPUCluster `gpu-cluster` (draDriver.featureGates with
+    DynamicMIG when `dynamic_mig`). It has no mig-manager, device plugin or GFD; nothing of it is emulated
+    beyond the object."""
+    names = {"kind": "GPUCluster", "listKind": "GPUClusterList", "plural": "gpuclusters", "singular": "gpucluster"}
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": GPU_CLUSTER_CRD, "labels": {"app.kubernetes.io/component": "gpu-operator"}},
+        "spec": {"group": "nvidia.com", "scope": "Cluster", "names": names,
+                 "versions": [{"name": "v1alpha1", "served": True, "storage": True, "subresources": {"status": {}},
+                               "schema": {"openAPIV3Schema": {"type": "object",
+                                                              "x-kubernetes-preserve-unknown-fields": True}}}]},
+        "status": {"acceptedNames": names, "storedVersions": ["v1alpha1"],
+                   "conditions": [{"type": "Established", "status": "True", "reason": "InitialNamesAccepted"}]},
+    }
+    cluster = {"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUCluster",
+               "metadata": {"name": "gpu-cluster"},
+               "spec": {"draDriver": {"featureGates": {"DynamicMIG": True} if dynamic_mig else {}}},
+               "status": {"namespace": namespace, "state": "ready"}}
+    return [crd, namespace_manifest(namespace), cluster]
+
+
 DRA_DRIVER = "gpu.nvidia.com"
 DRA_POD_LABEL = {"app.kubernetes.io/name": "dra-driver-nvidia-gpu"}
 

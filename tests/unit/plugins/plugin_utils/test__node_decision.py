@@ -398,3 +398,24 @@ def test_a_failure_hint_for_a_config_name_the_mounted_configmap_may_not_have_yet
     # The generated config is read at the pod's start: no such delay.
     generated = d.decide(info(geometry=True), theirs, d.operator_view([policy()], theirs), settings(source="configmap"))
     assert generated["mig_manager_failure_hint"] == ""
+
+
+def gpu_cluster(dynamic_mig=None):
+    gates = {} if dynamic_mig is None else {"DynamicMIG": dynamic_mig}
+    return {"metadata": {"name": "gpu-cluster"}, "status": {"namespace": "gpu-operator"},
+            "spec": {"draDriver": {"featureGates": gates}}}
+
+
+def test_a_gpu_cluster_node_gets_a_static_layout_applied_by_the_collection():
+    view = d.operator_view([], node(), (), [gpu_cluster()])
+    assert view["present"] is False
+    assert view["gpu_cluster"] == {"name": "gpu-cluster", "namespace": "gpu-operator", "dynamic_mig": False}
+    out = d.decide(info(geometry=True), node(), view, settings())
+    assert out["path"] == "reconfigure" and out["operator_mode"] == "none" and out["persist"] is True
+    assert "a static layout under the GPUCluster gpu-cluster, which runs no mig-manager" in out["summary"]
+    with pytest.raises(d.DecisionError, match="GPUCluster gpu-cluster runs NVIDIA's DRA driver and no mig-manager"):
+        d.decide(info(geometry=True), node(), view, settings(operator_mode="mig-manager"))
+    with pytest.raises(d.DecisionError, match="GPUCluster gpu-cluster runs NVIDIA's DRA driver with its DynamicMIG"):
+        d.decide(info(geometry=True), node(), d.operator_view([], node(), (), [gpu_cluster(True)]), settings())
+    # A ClusterPolicy wins (the two may not coexist).
+    assert d.operator_view([policy()], node(), (), [gpu_cluster()])["gpu_cluster"] is None
