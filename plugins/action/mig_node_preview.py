@@ -40,6 +40,7 @@ ARGUMENT_SPEC = dict(
     role_variables=dict(type="bool", default=False),
     nodes=dict(type="list", elements="dict", default=[]),
     cluster_policies=dict(type="list", elements="dict", default=[]),
+    gpu_clusters=dict(type="list", elements="dict", default=[]),
     daemonsets=dict(type="list", elements="dict", default=[]),
     configmaps=dict(type="dict", default={}),
     plan=dict(type="dict"),
@@ -203,7 +204,8 @@ class ActionModule(ActionBase):
                 "host": host, "kubernetes": args["kubernetes"], "strategy": args["strategy"],
                 "operator_mode": args["operator_mode"], "source": layout["source_kind"],
                 "config_label": layout["config_label"], "cordoned_annotation": args["cordoned_annotation"],
-                "drain": args["drain"] if args["kubernetes"] else "none", "lease": args["lease"]})
+                "drain": args["drain"] if args["kubernetes"] else "none", "lease": args["lease"],
+                "configmap": layout.pop("configmap"), "configmap_explicit": bool(args["configmap"])})
             result["sharing"] = sharing_plan(host, args, info, layout, decision)
         except (Refused, node_decision.DecisionError, GpuopsError) as e:   # GpuopsError: sharing, plain()
             return dict(result, failed=True, msg=str(e))
@@ -241,7 +243,7 @@ class ActionModule(ActionBase):
         node = pick_node(host, args)
         labels = dict(((node or {}).get("metadata") or {}).get("labels") or {})
         operator = node_decision.operator_view(args["cluster_policies"] if args["kubernetes"] else [], node,
-                                               args["daemonsets"])
+                                               args["daemonsets"], args["gpu_clusters"] if args["kubernetes"] else [])
         if sources == ["mig_node_config_configmap"] or (not sources and operator["present"]):
             kind = "configmap"
         elif sources:
@@ -251,7 +253,7 @@ class ActionModule(ActionBase):
                           "mig_node_config_file (a mig-parted file on the controller), mig_node_layouts (inline "
                           "layouts) or mig_node_config_configmap (a ConfigMap in the cluster); none is set, and no "
                           "GPU Operator was found whose config could be used." % host)
-        origin = None
+        origin = configmap = None
         if kind == "configmap":
             candidates = [args["configmap"]] if args["configmap"] else operator["mig_manager"]["config_maps"]
             namespace = args["configmap_namespace"] or operator.get("namespace") or "gpu-operator"
@@ -259,7 +261,7 @@ class ActionModule(ActionBase):
                                                          namespace, args["configmap_key"], host)
             if found["error"]:
                 raise Refused(found["error"])
-            module_args, origin = {"config": found["config"]}, found["origin"]
+            module_args, origin, configmap = {"config": found["config"]}, found["origin"], found["configmap"]
         elif kind == "mig_node_config":
             module_args = {"config": args["config"]}
         elif kind == "mig_node_config_file":
@@ -290,7 +292,7 @@ class ActionModule(ActionBase):
         if origin:
             source["origin"] = origin
         return {"node": node, "labels": labels, "operator": operator, "source_kind": kind, "source": source,
-                "config_name": name, "config_label": label, "module_args": module_args}
+                "config_name": name, "config_label": label, "module_args": module_args, "configmap": configmap}
 
     def _read_file(self, path):
         # As the file lookup finds it (the role's files/, the playbook's directory, or an absolute path);

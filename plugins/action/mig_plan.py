@@ -18,6 +18,7 @@ from ansible_collections.gpuops.mig.plugins.plugin_utils import _sharing as shar
 ARGUMENT_SPEC = dict(
     demand=dict(type="raw"),
     pods=dict(type="list", elements="dict"),
+    claims=dict(type="list", elements="dict"),
     strategy=dict(type="str", default="mixed", choices=["mixed", "single"]),
     single_profile=dict(type="str"),
     sharing=dict(type="raw"),
@@ -32,6 +33,7 @@ ARGUMENT_SPEC = dict(
 # Checked before Ansible's own argument checks, which would make ["5"] of 5 and a mapping of "a=1".
 SHAPES = dict(
     pods=(list, dict, "a list of pod manifests (the resources of kubernetes.core.k8s_info)"),
+    claims=(list, dict, "a list of ResourceClaim manifests (the resources of kubernetes.core.k8s_info)"),
     hosts=(list, str, "a list of inventory host names"),
     fleet=(dict, None, "a mapping of host to its gpuops_mig facts"),
     policy=(dict, None, "a mapping (nodes, spare, whole_gpus, skip_unreachable)"),
@@ -89,6 +91,10 @@ class ActionModule(ActionBase):
                 pod_items, in_use, whole_pending, unresolved = fleet_plan.demand_from_pods(
                     args["pods"], args["strategy"], args["k8s_node_names"], args["single_profile"], fleet, replicas)
                 items.extend(pod_items)
+            if args["claims"] is not None:
+                claim_items, claims_unresolved = fleet_plan.demand_from_claims(args["claims"])
+                items.extend(claim_items)
+                unresolved = unresolved + claims_unresolved
             plan = fleet_plan.plan_fleet(fleet, items, policy=args["policy"], in_use=in_use,
                                          node_groups=node_groups, exact_limit=args["exact_limit"],
                                          unresolved=unresolved, whole_pending=whole_pending,

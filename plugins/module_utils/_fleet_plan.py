@@ -52,6 +52,7 @@ __all__ = [
     "demand_items",
     "plan_fleet",
     "demand_from_pods",
+    "demand_from_claims",
     "plan_table",
     "vars_file_data",
     "profile_from_resource",
@@ -1259,13 +1260,13 @@ def _pod_requests(pod, name):
     return out
 
 
-def _part(obj, key, name):
-    """obj[key] as a mapping ({} when absent); PlanInputError naming the pod when it is something else."""
+def _part(obj, key, name, kind="pod "):
+    """obj[key] as a mapping ({} when absent); PlanInputError naming the pod (or claim) when it is something else."""
     value = obj.get(key)
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise PlanInputError("pod %s: %s must be a mapping, got %s" % (name, key, describe(value)))
+        raise PlanInputError("%s%s: %s must be a mapping, got %s" % (kind, name, key, describe(value)))
     return value
 
 
@@ -1396,6 +1397,69 @@ def demand_from_pods(pods, strategy="mixed", node_names=None, single_profile=Non
     items = [{"profile": p, "count": c, "strict": False, "source": ", ".join(sources[p])}
              for p, c in sorted(demand.items())]
     return items, in_use, whole_pending, unresolved
+
+
+# NVIDIA's DRA driver: the DeviceClass of MIG devices, and a CEL selector naming the profile
+# (device.attributes['gpu.nvidia.com'].profile == '1g.10gb', the attribute its ResourceSlices publish).
+MIG_DEVICE_CLASS = "mig.nvidia.com"
+_CEL_PROFILE = re.compile(r"""\.profile\s*==\s*['"]([^'"]{1,40})['"]""")
+
+
+def _claim_requests(claim, name):
+    """(device class, CEL expressions, count) per request of a ResourceClaim: resource.k8s.io/v1 puts them under
+    `exactly` (or takes the first of `firstAvailable`), v1beta1 on the request itself."""
+    spec = _part(_part(claim, "spec", name, ""), "devices", name, "")
+    requests = spec.get("requests") or []
+    if not isinstance(requests, list):
+        raise PlanInputError("claim %s: spec.devices.requests must be a list, got %s" % (name, describe(requests)))
+    out = []
+    for request in requests:
+        if not isinstance(request, Mapping):
+            raise PlanInputError("claim %s: a request must be a mapping, got %s" % (name, describe(request)))
+        first = request.get("firstAvailable")
+        body = request.get("exactly") or (first[0] if isinstance(first, list) and first else request)
+        if not isinstance(body, Mapping):
+            raise PlanInputError("claim %s: a request must be a mapping, got %s" % (name, describe(body)))
+        count = body.get("count", 1) if body.get("allocationMode", "ExactCount") == "ExactCount" else None
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
+            raise PlanInputError("claim %s: count must be a whole number, got %s" % (name, describe(count)))
+        selectors = body.get("selectors") or []
+        expressions = [((sel.get("cel") or {}).get("expression") or "") for sel in selectors
+                       if isinstance(sel, Mapping) and isinstance(sel.get("cel"), Mapping)]
+        out.append((body.get("deviceClassName"), [e for e in expressions if isinstance(e, str)], count))
+    return out
+
+
+def demand_from_claims(claims):
+    """Pending MIG requests of NVIDIA's DRA driver, from ResourceClaim manifests (kubernetes.core.k8s_info
+    resources): a claim without status.allocation that asks the DeviceClass mig.nvidia.com adds its count of the
+    profile its CEL selector names. Allocated claims hold devices that exist; they add nothing.
+
+    Returns (demand items, unresolved [{request, count, reason, sources}])."""
+    if claims is not None and not isinstance(claims, list):
+        raise PlanInputError("claims must be a list of ResourceClaim manifests, got %s" % describe(claims))
+    demand, sources, unresolved = {}, {}, []
+    for claim in claims or []:
+        if not isinstance(claim, Mapping):
+            raise PlanInputError("claims must be ResourceClaim manifests (mappings), got %s" % describe(claim))
+        name = "claim " + _pod_name(claim)
+        if _part(claim, "status", name, "").get("allocation"):
+            continue
+        for device_class, expressions, count in _claim_requests(claim, name):
+            if device_class != MIG_DEVICE_CLASS or count == 0:
+                continue
+            profiles = [m.group(1) for e in expressions for m in [_CEL_PROFILE.search(e)] if m]
+            if count is None or len(set(profiles)) != 1:
+                unresolved.append({"request": MIG_DEVICE_CLASS, "count": count or 1, "sources": [name],
+                                   "reason": "a claim of %s counts toward the plan when it asks for an exact count "
+                                             "and one profile through its CEL selector (device.attributes"
+                                             "['gpu.nvidia.com'].profile == '<profile>')" % MIG_DEVICE_CLASS})
+                continue
+            demand[profiles[0]] = demand.get(profiles[0], 0) + count
+            sources.setdefault(profiles[0], []).append(name)
+    items = [{"profile": p, "count": c, "strict": False, "source": ", ".join(sources[p])}
+             for p, c in sorted(demand.items())]
+    return items, unresolved
 
 
 def _replicas_per_device(replicas):

@@ -127,6 +127,8 @@ def read_cluster(service: Any, params: Mapping[str, Any]) -> dict[str, Any]:
     result = dict(configmaps={})
     if params["operator"]:
         result["cluster_policies"] = find("ClusterPolicy", "nvidia.com/v1")
+        # GPU Operator v26.7's DRA stack (tech preview): no mig-manager; its MIG devices must be set up beforehand.
+        result["gpu_clusters"] = find("GPUCluster", "nvidia.com/v1alpha1")
         result["daemonsets"] = [ds for ds in find("DaemonSet", "apps/v1", keep_status=False) if is_dra_kubelet_plugin(ds)]
     if params["nodes"]:
         result["nodes"] = find("Node", "v1", keep_status=params["node_status"])

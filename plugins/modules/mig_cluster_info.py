@@ -14,8 +14,8 @@ description:
     GPUs, in one module run (one Kubernetes client, one API discovery) instead of one
     M(kubernetes.core.k8s_info) run per kind. The role reads the cluster with it once per batch, and
     M(gpuops.mig.mig_node_preview) takes its result.
-  - The NVIDIA GPU Operator's ClusterPolicies and the DaemonSets of NVIDIA's DRA kubelet plugin, with
-    O(operator).
+  - The NVIDIA GPU Operator's ClusterPolicies, its GPUClusters (C(nvidia.com/v1alpha1), the DRA stack of GPU Operator
+    v26.7, which runs no mig-manager) and the DaemonSets of NVIDIA's DRA kubelet plugin, with O(operator).
   - The Nodes, with O(nodes); without their C(status) unless O(node_status).
   - Every object comes without C(metadata.managedFields), the API server's field bookkeeping. Every node's
     preview is handed what this returns, so its size is paid once per node.
@@ -127,6 +127,12 @@ cluster_policies:
   returned: with O(operator)
   type: list
   elements: dict
+gpu_clusters:
+  description: The GPUCluster objects (C(nvidia.com/v1alpha1)); empty without the CRD.
+  returned: with O(operator)
+  type: list
+  elements: dict
+  version_added: 0.2.0
 daemonsets:
   description: The DaemonSets of NVIDIA's DRA kubelet plugin, in any namespace.
   returned: with O(operator)

@@ -189,6 +189,17 @@ restore:
     - Null when O(restore) is not given.
   returned: always
   type: dict
+host_mig_manager:
+  description:
+    - NVIDIA's host service C(nvidia-mig-manager.service) (NVIDIA/mig-parted C(deployments/systemd)), which applies
+      the config named in its C(override.conf) at every boot and so would revert a layout the collection manages.
+    - C(unit), C(present) (its unit file is loaded), C(enabled), C(selected_config) (C(MIG_PARTED_SELECTED_CONFIG)
+      of its drop-in C(override.conf), or null), C(override) and C(marker) (paths under the restore's C(root)),
+      C(disabled_by_gpuops) (the M(gpuops.mig.mig_node) role switched it off and will switch it on again at
+      hand-back).
+    - Null when O(restore) is not given.
+  returned: always
+  type: dict
 """
 
 import os
@@ -199,6 +210,7 @@ import sys
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _boot_restore as boot_restore
+from ansible_collections.gpuops.mig.plugins.module_utils import _nvidia_units as nvidia_units
 from ansible_collections.gpuops.mig.plugins.module_utils import _host_layout as host_layout
 from ansible_collections.gpuops.mig.plugins.module_utils import _host_mode as host_mode
 from ansible_collections.gpuops.mig.plugins.module_utils._common import (
@@ -332,6 +344,16 @@ def gpu_holders(facts, holders):
     return out
 
 
+def host_mig_manager(module, root):
+    """NVIDIA's nvidia-mig-manager.service on this host (none where there is no systemctl)."""
+    systemctl = module.get_bin_path("systemctl")
+    text = None
+    if systemctl:
+        rc, out, _err = module.run_command([systemctl] + list(nvidia_units.SHOW_ARGS))
+        text = out if rc == 0 else None
+    return nvidia_units.state(text, root)
+
+
 def plan_node(nvml, p, facts=None, holders=None):
     """The mode and geometry plans for the declared layout, what they add up to, and which pods the change
     evicts (holders: {device UUID: pods} from the kubelet; None when not read: evictions is None)."""
@@ -372,9 +394,8 @@ def main():
                            mutually_exclusive=CONFIG_SOURCE_EXCLUSIVE)
     p = module.params
     declared = any(p[key] is not None for key in ("config", "config_file", "layouts"))
-    result = dict(changed=False, mode=None, geometry=None, change=None, wants_mig=None, planned=None, restore=None, evictions=None,
-                  owed=read_owed_file(p["owed_file"]),
-                  container_toolkit=None)
+    result = dict(changed=False, mode=None, geometry=None, change=None, wants_mig=None, planned=None, restore=None,
+                  evictions=None, owed=read_owed_file(p["owed_file"]), container_toolkit=None, host_mig_manager=None)
     if p["container_toolkit_command"]:
         try:
             check_command_line(p["container_toolkit_command"], "container_toolkit_command")
@@ -409,6 +430,7 @@ def main():
                                  allow_unmatched=p["allow_unmatched"], driver_root=driver_root)
             result["restore"] = dict(restore_state(p["restore"], result["wants_mig"], layout_params),
                                      driver_root=driver_root)
+            result["host_mig_manager"] = host_mig_manager(module, p["restore"].get("root") or "/")
     module.exit_json(**result)
 
 

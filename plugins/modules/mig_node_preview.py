@@ -80,6 +80,15 @@ options:
     type: list
     elements: dict
     default: []
+  gpu_clusters:
+    description:
+      - The GPU Operator's GPUCluster objects (C(nvidia.com/v1alpha1), its DRA stack, which runs no mig-manager).
+        Where there is no ClusterPolicy, a node under a GPUCluster gets a static layout applied by the collection;
+        a GPUCluster with the C(DynamicMIG) feature gate is refused.
+    type: list
+    elements: dict
+    default: []
+    version_added: 0.2.0
   daemonsets:
     description: The cluster's DaemonSets, where NVIDIA's DRA kubelet plugin is looked for.
     type: list

@@ -63,6 +63,16 @@ options:
       - A pod asking for a profile no GPU offers is reported under C(report.unresolved), never dropped.
     type: list
     elements: dict
+  claims:
+    description:
+      - ResourceClaim manifests (the C(resources) of M(kubernetes.core.k8s_info), C(resource.k8s.io/v1) or
+        C(v1beta1)) for NVIDIA's DRA driver. A claim not yet allocated whose request asks the DeviceClass
+        C(mig.nvidia.com) for an exact count adds that many of the profile its CEL selector names
+        (C(device.attributes['gpu.nvidia.com'].profile == '1g.10gb')); one without a single profile is reported
+        under C(report.unresolved). Allocated claims add nothing.
+    type: list
+    elements: dict
+    version_added: 0.2.0
   strategy:
     description:
       - The device plugin's MIG strategy. V(mixed) reads C(nvidia.com/mig-<profile>) (C(.) stands for C(+));

@@ -39,15 +39,17 @@ class DecisionError(Exception):
 
 # -- the GPU Operator ------------------------------------------------------------
 
-def operator_view(policies, node=None, daemonsets=()):
+def operator_view(policies, node=None, daemonsets=(), gpu_clusters=()):
     """What the GPU Operator manages, for one node: {present: False} without a ClusterPolicy.
 
     policies: the ClusterPolicy objects; node: the Node object (or None);
-    daemonsets: the cluster's DaemonSets (for NVIDIA's DRA driver).
+    daemonsets: the cluster's DaemonSets (for NVIDIA's DRA driver); gpu_clusters: the GPUCluster objects
+    (nvidia.com/v1alpha1, GPU Operator v26.7's DRA stack), reported under gpu_cluster where no ClusterPolicy is.
     """
     labels = _labels(node)
-    view = {"present": False, "dra": dra_view(daemonsets, labels)}
+    view = {"present": False, "dra": dra_view(daemonsets, labels), "gpu_cluster": None}
     if not policies:
+        view["gpu_cluster"] = gpu_cluster_view(gpu_clusters)
         return view
     policy = active_policy(policies)
     spec = policy.get("spec") or {}
@@ -57,6 +59,7 @@ def operator_view(policies, node=None, daemonsets=()):
     enabled = mig_manager.get("enabled") is not False     # unset means enabled
     deploy = labels.get(LABEL_MIG_MANAGER, "")
     node_name = (node or {}).get("metadata", {}).get("name", "")
+    config_maps = [config["name"]] if config.get("name") else ["%s-mig-config" % node_name, DEFAULT_OPERATOR_CONFIG]
     view.update(
         present=True,
         name=policy["metadata"]["name"],
@@ -75,13 +78,36 @@ def operator_view(policies, node=None, daemonsets=()):
             # The operator schedules mig-manager where this label is "true"; paused counts as there.
             "on_node": enabled and deploy in ("true", PAUSED),
             "deploy_label": deploy or None,
-            # Named: that ConfigMap, key config.yaml. Empty: mig-manager generates <node>-mig-config.
-            "config_maps": [config["name"]] if config.get("name") else
-                           ["%s-mig-config" % node_name, DEFAULT_OPERATOR_CONFIG],
+            # Named: that ConfigMap, key config.yaml. Empty: mig-manager generates <node>-mig-config from the
+            # hardware (default-mig-parted-config is only its fallback, and the operator rewrites it).
+            "config_maps": config_maps,
             "config_default": config.get("default", "all-disabled"),
+            # WITH_REBOOT: a mode change that does not take effect reboots the node (state rebooting), and
+            # the driver container rebuilds before mig-manager goes on.
+            "with_reboot": any(e.get("name") == "WITH_REBOOT" and _go_bool(e.get("value"))
+                               for e in mig_manager.get("env") or [] if isinstance(e, dict)),
         },
     )
     return view
+
+
+def gpu_cluster_view(gpu_clusters):
+    """A GPUCluster (the operator's singleton gpu-cluster; the oldest if several): {name, namespace, dynamic_mig},
+    or None. It runs NVIDIA's DRA driver and no mig-manager, device plugin or GFD: its MIG devices must be
+    set up beforehand (NVIDIA/gpu-operator api/nvidia/v1alpha1/gpucluster_types.go), the static layout the
+    collection applies itself."""
+    if not gpu_clusters:
+        return None
+    cluster = active_policy(gpu_clusters)
+    gates = (((cluster.get("spec") or {}).get("draDriver") or {}).get("featureGates") or {})
+    return {"name": cluster["metadata"]["name"],
+            "namespace": (cluster.get("status") or {}).get("namespace") or "gpu-operator",
+            "dynamic_mig": _go_bool(gates.get("DynamicMIG"))}
+
+
+def _go_bool(value):
+    """strconv.ParseBool's true, as mig-manager reads its WITH_REBOOT env."""
+    return str(value if value is not None else "").strip() in ("1", "t", "T", "TRUE", "true", "True")
 
 
 def active_policy(policies):
@@ -177,7 +203,7 @@ def operator_mode(wanted, operator, source, host):
     if not operator.get("present"):
         if wanted == "mig-manager":
             raise DecisionError("%s: mig_node_operator_mode=mig-manager, but no GPU Operator ClusterPolicy "
-                                "was found. Nothing was changed." % host)
+                                "was found%s. Nothing was changed." % (host, _gpu_cluster_note(operator)))
         return "none"
     manager = operator["mig_manager"]
     if wanted == "takeover":
@@ -202,11 +228,44 @@ def operator_mode(wanted, operator, source, host):
 
 def mig_manager_run(node):
     """What the node's nvidia.com/mig.config.state says of mig-manager's run: {state, in_flight, finished,
-    settled}. A run in flight ends with its own success or failed whatever the label asks meanwhile (mig-manager
-    reads a new nvidia.com/mig.config value only between runs), so the label is changed only once it is settled."""
+    settled, restart_helps}. A run in flight ends with its own success or failed whatever the label asks
+    meanwhile (mig-manager reads a new nvidia.com/mig.config value only between runs), so the label is changed
+    only once it is settled. A run still `pending` after the wait (or no state at all: mig-manager never took
+    the label up) is what a new pod gets out of; `rebooting` is a node going down and back (WITH_REBOOT),
+    which a pod restart cannot shorten."""
     state = _labels(node).get(LABEL_STATE, "")
     return {"state": state, "in_flight": state in MIG_MANAGER_IN_FLIGHT, "finished": state in MIG_MANAGER_FINISHED,
-            "settled": state not in MIG_MANAGER_IN_FLIGHT}
+            "settled": state not in MIG_MANAGER_IN_FLIGHT, "restart_helps": state in ("pending", "")}
+
+
+def paused_operands(node):
+    """The operand deploy labels a mig-manager run left at paused-for-mig-change, with the value its setState
+    would have written back ("true"). mig-manager restores them at most once per pod (NVIDIA/mig-parted
+    pkg/mig/reconfigure: NoRestartK8sDaemonsetsOnExit is set by the first run that restarts the GPU clients and
+    never reset), so after a failure they stay paused and the node advertises no GPUs."""
+    return dict((k, "true") for k, v in sorted(_labels(node).items())
+                if k.startswith(LABEL_DEPLOY) and k != LABEL_MIG_MANAGER and v == PAUSED)
+
+
+def check_mig_manager_config(operator, configmap, explicit, host):
+    """Driving mig-manager, the layout must come from the config mig-manager reads: the ClusterPolicy's
+    migManager.config.name, else the config it generated for the node (<node>-mig-config). A ConfigMap named
+    in the inventory that is neither would be checked here and then looked up by mig-manager in another config
+    (a different layout under the same name, or none)."""
+    reads = operator["mig_manager"]["config_maps"][0]
+    if not explicit or configmap == reads:
+        return
+    named = operator["mig_manager"]["config_maps"] == [reads] and reads != DEFAULT_OPERATOR_CONFIG
+    raise DecisionError(
+        "%s: the GPU Operator's mig-manager reads its MIG config from ConfigMap %s/%s (%s), not from %s, so the "
+        "layout would be checked against a config mig-manager does not use. Nothing was changed. Name your "
+        "ConfigMap in the ClusterPolicy (migManager.config.name) and leave mig_node_config_configmap out, or "
+        "set mig_node_operator_mode=takeover.%s"
+        % (host, operator["namespace"], reads,
+           "its migManager.config.name" if named else "generated by mig-manager from the node's GPUs, since the "
+           "ClusterPolicy names no migManager.config.name", configmap,
+           " The operator rewrites %s from its own asset: never put layouts there." % DEFAULT_OPERATOR_CONFIG
+           if configmap == DEFAULT_OPERATOR_CONFIG else ""))
 
 
 def _why_not_on_node(manager):
@@ -215,7 +274,21 @@ def _why_not_on_node(manager):
     return "its label %s is %s" % (LABEL_MIG_MANAGER, manager["deploy_label"] or "missing")
 
 
+def _gpu_cluster_note(operator):
+    cluster = operator.get("gpu_cluster")
+    if not cluster:
+        return ""
+    return (" (the GPUCluster %s runs NVIDIA's DRA driver and no mig-manager: its MIG devices are a static layout "
+            "the collection applies itself; leave mig_node_operator_mode at auto)" % cluster["name"])
+
+
 def refuse_dynamic_mig(operator, host):
+    cluster = operator.get("gpu_cluster") or {}
+    if cluster.get("dynamic_mig"):
+        raise DecisionError(
+            "%s: the GPUCluster %s runs NVIDIA's DRA driver with its DynamicMIG feature gate, which creates MIG "
+            "devices per claim and destroys those it did not create. Nothing was changed. Leave this node to the "
+            "DRA driver, or turn DynamicMIG off." % (host, cluster["name"]))
     dra = operator.get("dra") or {}
     if dra.get("present") and dra.get("dynamic_mig"):
         raise DecisionError(
@@ -268,6 +341,8 @@ def decide(info, node, operator, settings):
     labels = _labels(node)
     change = info["change"]
     mode = settings["mode"]
+    if mode == "mig-manager":
+        check_mig_manager_config(operator, settings.get("configmap"), settings.get("configmap_explicit"), host)
     path = "converged" if not change["any"] else ("mig-manager" if mode == "mig-manager" else "reconfigure")
     decision = {
         "path": path,
@@ -277,7 +352,8 @@ def decide(info, node, operator, settings):
         "operator_mode": mode,
         "strategy": settings["strategy"],
         # Our own modules change the GPUs: mig-manager must be off on the node first (and stay off).
-        "switch_off_mig_manager": mode == "takeover" and labels.get(LABEL_MIG_MANAGER) != "false",
+        "operator_mig_manager_off": mode == "takeover" and labels.get(LABEL_MIG_MANAGER) != "false",
+        "host_mig_manager": host_mig_manager_action(info, mode),
         "persist": mode != "mig-manager",
         "restore_in_step": bool((info.get("restore") or {}).get("in_step", True)),
         "cordoned_earlier": settings.get("cordoned_annotation", "") in _annotations(node),
@@ -285,6 +361,12 @@ def decide(info, node, operator, settings):
         "converged_labels": {},
         # A mig-manager run already in flight is waited out before the label changes (drive.yml).
         "mig_manager_run": mig_manager_run(node) if mode == "mig-manager" else None,
+        "gpu_cluster": (operator.get("gpu_cluster") or {}).get("name"),
+        # With WITH_REBOOT a mode change may reboot the node and wait for the driver container's rebuild: the
+        # wait for mig-manager gets mig_node_mig_manager_reboot_timeout more.
+        "mig_manager_may_reboot": mode == "mig-manager" and (
+            (bool(change["mode"]) and bool(operator["mig_manager"].get("with_reboot")))
+            or _labels(node).get(LABEL_STATE) == "rebooting"),
     }
     if settings.get("kubernetes") and path == "converged":
         wanted = {LABEL_CONFIG: settings["config_label"]}
@@ -300,15 +382,52 @@ def decide(info, node, operator, settings):
             decision["drain"] = _node_pods.drain_preview(settings["drain"], info, path)
         except ValueError as e:
             raise DecisionError("%s: %s. Nothing was changed." % (host, e))
+    decision["mig_manager_failure_hint"] = mounted_config_hint(operator, node, settings["config_label"]) \
+        if path == "mig-manager" else ""
+    # takeover.yml does both: the operator's mig-manager off, NVIDIA's host unit off (or back on at hand-back).
+    decision["switch_off_mig_manager"] = decision["operator_mig_manager_off"] or bool(decision["host_mig_manager"])
     decision["steady_work"] = [name for name, due in (
         ("repair", bool(decision["repair"]) and path == "converged"),
         ("lease", abandoned_lease(settings.get("lease")) and path == "converged"),
-        ("switch off mig-manager", decision["switch_off_mig_manager"]),
+        ("switch off mig-manager", decision["operator_mig_manager_off"]),
+        ("disable nvidia-mig-manager.service", decision["host_mig_manager"] == "disable"),
+        ("enable nvidia-mig-manager.service again", decision["host_mig_manager"] == "enable"),
         ("restore", decision["persist"] and not decision["restore_in_step"]),
         ("labels", bool(decision["converged_labels"])),
         ("uncordon", decision["cordoned_earlier"] and path == "converged")) if due]
     decision["summary"] = _summary(host, settings["config_label"], decision)
     return decision
+
+
+def mounted_config_hint(operator, node, config_label):
+    """What a `failed` from mig-manager may mean when it reads a ConfigMap of the user's: the pod reads the
+    ConfigMap as mounted, and the kubelet refreshes a mounted ConfigMap only on its sync period (about a
+    minute), so a config name added just before the rollout is not there yet for it. A generated
+    <node>-mig-config is read once, at the pod's start, and has no such delay."""
+    manager = operator["mig_manager"]
+    if len(manager["config_maps"]) != 1:
+        return ""
+    return ("; if '%s' was added to ConfigMap %s/%s in the last minutes, mig-manager may not see it yet (a mounted "
+            "ConfigMap reaches the pod only after the kubelet's sync, about a minute): wait, or restart the node's "
+            "mig-manager pod (kubectl delete pod -n %s -l app=nvidia-mig-manager --field-selector "
+            "spec.nodeName=%s), then run again"
+            % (config_label, operator["namespace"], manager["config_maps"][0], operator["namespace"],
+               ((node or {}).get("metadata") or {}).get("name", "")))
+
+
+def host_mig_manager_action(info, mode):
+    """NVIDIA's host unit nvidia-mig-manager.service (mig_node_info's host_mig_manager): "disable" where the
+    collection applies a MIG layout itself and the unit would apply its own config at the next boot, after the
+    collection's boot-time restore; "enable" where MIG is declared off (the hand-back: no restore any more) and
+    the collection is the one that disabled it; else None. Its override.conf is never touched."""
+    unit = info.get("host_mig_manager") or {}
+    if not unit.get("present") or mode == "mig-manager":
+        return None
+    if info.get("wants_mig") and unit.get("enabled"):
+        return "disable"
+    if not info.get("wants_mig") and not unit.get("enabled") and unit.get("disabled_by_gpuops"):
+        return "enable"
+    return None
 
 
 def left_alone(node, operator, settings):
@@ -320,7 +439,8 @@ def left_alone(node, operator, settings):
     return {
         "path": "converged", "mode_change": False, "geometry_change": False, "wants_mig": False,
         "operator_mode": "none", "strategy": effective_strategy(settings.get("strategy"), operator, host),
-        "switch_off_mig_manager": False, "persist": False, "restore_in_step": True,
+        "switch_off_mig_manager": False, "operator_mig_manager_off": False, "host_mig_manager": None,
+        "persist": False, "restore_in_step": True,
         "cordoned_earlier": cordoned, "unschedulable": bool(((node or {}).get("spec") or {}).get("unschedulable")),
         "converged_labels": {}, "repair": repair,
         "steady_work": (["repair"] if repair else []) + (["uncordon"] if cordoned else [])
@@ -373,6 +493,8 @@ def _summary(host, label, decision):
             (["geometry change"] if decision["geometry_change"] else [])
     how = " (applied by the GPU Operator's mig-manager)" if decision["path"] == "mig-manager" else ""
     drain = "; %s" % decision["drain"]["text"] if decision.get("drain") else ""
+    if decision.get("gpu_cluster"):
+        how = " (a static layout under the GPUCluster %s, which runs no mig-manager)" % decision["gpu_cluster"]
     run = decision.get("mig_manager_run") or {}
     if decision["path"] == "mig-manager" and run.get("in_flight"):
         how += ", once its run in flight (nvidia.com/mig.config.state=%s) has ended" % run["state"]

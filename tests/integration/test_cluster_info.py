@@ -60,6 +60,7 @@ def test_with_the_gpu_operator_and_the_dra_driver(kube_api, kube_env, tmp_path):
         ("nvidia-dra-driver-gpu", "dra-driver-nvidia-gpu-kubelet-plugin")]
     assert list(read["configmaps"]) == ["gpu-operator"]
     assert [c["metadata"]["name"] for c in read["configmaps"]["gpu-operator"]] == ["default-mig-parted-config"]
+    assert read["gpu_clusters"] == []          # no GPUCluster CRD: an empty list, not an error
     # Without the operator's part nothing of it is read, its ConfigMaps included.
     assert "cluster_policies" not in results["no operator"] and results["no operator"]["configmaps"] == {}
 
@@ -81,8 +82,10 @@ def test_configmaps_are_read_by_name_never_listed(kube_api, kube_env, tmp_path):
     ], kube_env, tmp_path)
     for name in ("here", "module"):
         found = results[name]["configmaps"]
+        # default-mig-parted-config: the operator writes it from its asset on the chart's default install.
         assert sorted((ns, c["metadata"]["name"]) for ns, cms in found.items() for c in cms) == [
-            ("gpu-operator", "gpu-1-mig-config"), ("kube-system", "fleet-mig")], name
+            ("gpu-operator", "default-mig-parted-config"), ("gpu-operator", "gpu-1-mig-config"),
+            ("kube-system", "fleet-mig")], name
         assert "aws-auth" not in str(results[name]) and "s3cr3t" not in str(results[name]), name
     configmap_reads = [r for r in kube_api.requests[seen:] if "/configmaps" in r.path]
     assert configmap_reads and all(r.method == "GET" and not r.path.endswith("/configmaps") for r in configmap_reads), \
@@ -127,3 +130,10 @@ def test_read_here_and_by_the_module_alike(kube_api, kube_env, tmp_path):
         assert results[name]["failed"] is True, name
         assert "127.0.0.1" in results[name]["msg"] and "port=9" in results[name]["msg"], results[name]["msg"]
         assert not results[name]["msg"].startswith("Unexpected failure"), results[name]["msg"]
+
+
+def test_a_gpu_cluster_is_read(kube_api, kube_env, tmp_path):
+    """GPU Operator v26.7's DRA stack: a GPUCluster and no ClusterPolicy."""
+    kube_api.seed(seed.node("gpu-1", GPU), *seed.gpu_cluster())
+    read = run_tasks([{"name": "read", "gpuops.mig.mig_cluster_info": {}}], kube_env, tmp_path)["read"]
+    assert [c["metadata"]["name"] for c in read["gpu_clusters"]] == ["gpu-cluster"] and read["cluster_policies"] == []

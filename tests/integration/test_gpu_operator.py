@@ -2,11 +2,16 @@
 driver container's root, the emulator's ClusterPolicy, operand DaemonSets, simulated mig-manager and DRA
 kubelet plugin (tests/support/kubeapi/operator.py, migmanager.py, dra.py)."""
 
+import os
+import subprocess
+import sys
+
 import pytest
+import yaml
 
 import gpuops_mig_sim as sim
 from tests.support.kubeapi import migmanager, seed
-from test_roles import CONFIG, STATE, Fleet, output
+from test_roles import CONFIG, REPO, STATE, Fleet, output
 
 pytestmark = pytest.mark.playbook
 
@@ -25,12 +30,13 @@ LAYOUTS = {
                       "mig-devices": {"3g.20gb": 2}}],
     },
 }
+USER_CONFIG = "mig-layouts"
 FAST = {"mig_node_validate_delay": "1", "mig_node_drain_retry_delay": "1", "mig_node_mig_manager_delay": "1",
         "mig_node_mig_manager_timeout": "60", "mig_node_validate_timeout": "60"}
 
 
 def operator_fleet(tmp_path, kube_api, kube_env, models=("1xH100-SXM5-80GB", "1xA100-SXM4-40GB"), strategy="mixed",
-                   device_plugin=True, **hostvars):
+                   device_plugin=True, config_name=USER_CONFIG, operator_env=None, **hostvars):
     """Hosts whose driver is the GPU Operator's driver container (NVML only under its root)."""
     fleet = Fleet(tmp_path, kube_api, kube_env)
     for i, model in enumerate(models):
@@ -40,7 +46,10 @@ def operator_fleet(tmp_path, kube_api, kube_env, models=("1xH100-SXM5-80GB", "1x
         sim.set_host(state, driver_root=root)
         sim.start_driver_container(state)
         fleet.hosts[name]["gpuops_mig_driver_root"] = root
-    kube_api.seed(*seed.gpu_operator(mig_strategy=strategy, config=LAYOUTS, device_plugin=device_plugin))
+    # The layouts live in a ConfigMap of the user's: the operator rewrites default-mig-parted-config.
+    kube_api.seed(*seed.gpu_operator(mig_strategy=strategy, config_name=config_name,
+                                     config=LAYOUTS if config_name else None, device_plugin=device_plugin,
+                                     env=operator_env))
     migmanager.wait_idle(kube_api)
     return fleet
 
@@ -96,6 +105,56 @@ def test_drive_mig_manager_recovers_the_pending_wedge_and_stops_on_a_failure(kub
     node = kube_api.get("Node", "gpu-0")
     assert node["metadata"]["labels"][STATE] == "failed" and node["spec"]["unschedulable"] is True
     assert fleet.digest("gpu-1") == before
+    # That mig-manager pod had completed a run: it left the operands paused; the collection put them back.
+    assert node["metadata"]["labels"]["nvidia.com/gpu.deploy.device-plugin"] == "true"
+    assert "nvidia.com/gpu.deploy.device-plugin" in failed.stdout and "were set back to true" in failed.stdout
+
+
+def test_drive_mig_manager_on_the_default_install_with_its_per_node_config(kube_api, kube_env, tmp_path):
+    """No migManager.config.name (the chart's default): mig-manager applies what it generated for the node,
+    <node>-mig-config; the preview checks that config, and default-mig-parted-config is never used."""
+    fleet = operator_fleet(tmp_path, kube_api, kube_env, models=("1xH100-SXM5-80GB",), config_name="")
+    # all-3g.40gb is only in what mig-manager generated (the operator's asset has no such config).
+    assert "all-3g.40gb" not in seed.DEFAULT_MIG_PARTED_CONFIG["mig-configs"]
+    site = fleet.run("playbooks/site.yml", dict(FAST, mig_node_config_name="all-3g.40gb"))
+    assert site.returncode == 0, output(site)
+    assert profiles(fleet, "gpu-0") == [9, 9] and node_labels(kube_api, "gpu-0")[STATE] == "success"
+    # Naming the operator's default ConfigMap is refused before any change: mig-manager does not read it.
+    before = fleet.digest("gpu-0")
+    refused = fleet.run("playbooks/site.yml", dict(FAST, mig_node_config_name="all-1g.10gb",
+                                                   mig_node_config_configmap="default-mig-parted-config"))
+    assert refused.returncode != 0 and "not from default-mig-parted-config" in refused.stdout, output(refused)
+    assert fleet.digest("gpu-0") == before
+
+
+def test_drive_mig_manager_with_reboot_waits_out_the_reboot_and_the_driver_rebuild(
+        kube_api, kube_env, tmp_path, monkeypatch):
+    monkeypatch.setattr(migmanager, "TIME_SCALE", 1 / 20)     # reboot and driver rebuild: 12 s
+    fleet = operator_fleet(tmp_path, kube_api, kube_env, models=("1xA100-SXM4-40GB",),
+                           operator_env={"WITH_REBOOT": "true"})
+    sim.set_host(fleet.state_path("gpu-0"), passthrough=True)   # the reset is refused: the mode needs a reboot
+    boot = sim.boot_id(fleet.state_path("gpu-0"))
+    site = fleet.run("playbooks/site.yml", dict(FAST, mig_node_config_name="layout-a", mig_node_mig_manager_timeout="5",
+                                                mig_node_mig_manager_reboot_timeout="60"))
+    assert site.returncode == 0, output(site)
+    assert sim.boot_id(fleet.state_path("gpu-0")) != boot and profiles(fleet, "gpu-0") == [19] * 7
+    # Not taken for the stuck-at-pending case: the collection deleted no mig-manager pod.
+    assert not [r for r in kube_api.requests if r.method == "DELETE" and "/pods/nvidia-mig-manager" in r.path]
+    labels = node_labels(kube_api, "gpu-0")
+    assert labels[STATE] == "success" and labels["nvidia.com/gpu.deploy.device-plugin"] == "true"
+
+
+def test_drive_mig_manager_says_when_a_config_name_just_added_may_not_be_mounted_yet(
+        kube_api, kube_env, tmp_path, monkeypatch):
+    monkeypatch.setattr(migmanager, "TIME_SCALE", 3.0)      # the kubelet's sync: 3 minutes, longer than the run
+    fleet = operator_fleet(tmp_path, kube_api, kube_env, models=("1xH100-SXM5-80GB",))
+    added = dict(LAYOUTS["mig-configs"], **{"layout-c": [{"devices": "all", "mig-enabled": True,
+                                                          "mig-devices": {"7g.80gb": 1}}]})
+    kube_api.patch("ConfigMap", USER_CONFIG, {"data": {"config.yaml": yaml.safe_dump(
+        dict(LAYOUTS, **{"mig-configs": added}))}}, "gpu-operator")
+    failed = fleet.run("playbooks/site.yml", dict(FAST, mig_node_config_name="layout-c"))
+    assert failed.returncode != 0 and node_labels(kube_api, "gpu-0")[STATE] == "failed", output(failed)
+    assert "if 'layout-c' was added to ConfigMap gpu-operator/mig-layouts in the last minutes" in failed.stdout
 
 
 def test_take_over_from_mig_manager_then_converged(kube_api, kube_env, tmp_path):
@@ -140,7 +199,10 @@ def test_hand_a_node_back_to_mig_manager(kube_api, kube_env, tmp_path):
 
 @pytest.mark.parametrize("extra, message", [
     ({"mig_node_config_name": "layout-x"},
-     "ConfigMap gpu-operator/default-mig-parted-config (key config.yaml): no config named 'layout-x'"),
+     "ConfigMap gpu-operator/mig-layouts (key config.yaml): no config named 'layout-x'"),
+    ({"mig_node_config_configmap": "other-layouts", "mig_node_config_name": "layout-a"},
+     "reads its MIG config from ConfigMap gpu-operator/mig-layouts (its migManager.config.name), not from "
+     "other-layouts"),
     ({"mig_node_config_configmap": "nope", "mig_node_config_name": "layout-a"},
      "no ConfigMap nope in namespace gpu-operator holds the MIG config"),
     ({"mig_node_config_configmap": "no-key", "mig_node_config_name": "layout-a"},
@@ -162,6 +224,9 @@ def test_bad_input_is_refused_before_any_change(kube_api, kube_env, tmp_path, ex
     fleet = operator_fleet(tmp_path, kube_api, kube_env, models=("1xH100-SXM5-80GB",))
     kube_api.seed({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "no-key", "namespace": "gpu-operator"},
                    "data": {"other": "x"}},
+                  {"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "other-layouts", "namespace": "gpu-operator"},
+                   "data": {"config.yaml": yaml.safe_dump(LAYOUTS)}},
                   {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "broken", "namespace": "gpu-operator"},
                    "data": {"config.yaml": "version: v1\nmig-configs: {layout-a: [{devices: all, mig-devices: 7}]}\n"}})
     if "gpuops_mig_driver_root" in extra:
@@ -193,3 +258,86 @@ def test_dra_driver_static_mig_is_validated_through_resourceslices_and_dynamic_m
     refused = fleet.run("playbooks/site.yml", FAST)
     assert refused.returncode != 0 and "DynamicMIG feature gate" in refused.stdout, output(refused)
     assert fleet.digest("gpu-0") == before
+
+
+def test_a_gpu_cluster_node_gets_its_static_layout_from_the_collection(kube_api, kube_env, tmp_path):
+    """GPU Operator v26.7's GPUCluster runs NVIDIA's DRA driver and no mig-manager: its MIG devices must be set up
+    beforehand. The collection applies the layout itself and deploys no device plugin beside the DRA driver."""
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet.add("gpu-0", "1xH100-SXM5-80GB", mig_node_layouts=[{"gpus": "all", "devices": {"3g.40gb": 2}}])
+    # The GPUCluster's DRA kubelet plugin: the emulator plays it with the standalone driver's DaemonSet.
+    kube_api.seed(*seed.gpu_cluster(), *seed.dra_driver(namespace="gpu-operator"))
+    refused = fleet.run("playbooks/site.yml", dict(FAST, mig_node_operator_mode="mig-manager"))
+    assert refused.returncode != 0 and "GPUCluster gpu-cluster runs NVIDIA's DRA driver and no mig-manager" in \
+        refused.stdout, output(refused)
+    site = fleet.run("playbooks/site.yml", FAST)
+    assert site.returncode == 0, output(site)
+    assert "a static layout under the GPUCluster gpu-cluster" in site.stdout
+    assert profiles(fleet, "gpu-0") == [9, 9] and node_labels(kube_api, "gpu-0")[STATE] == "success"
+    assert "Wait until the node's ResourceSlices publish the layout" in site.stdout
+    assert kube_api.list("DaemonSet", namespace="nvidia-device-plugin") == []
+
+
+# NVIDIA's host service as NVIDIA/mig-parted deployments/systemd installs it: a oneshot unit that applies the
+# config its drop-in override.conf selects (MIG_PARTED_SELECTED_CONFIG) at every boot. Here its ExecStart applies
+# that config of the operator's asset to the simulated GPUs.
+NVIDIA_SERVICE = """
+import os, sys
+sys.path[:0] = [{repo!r}, os.path.join({repo!r}, "simulator")]
+from tests.support.kubeapi import migmanager, seed
+text = open({override!r}).read()
+name = text.split("MIG_PARTED_SELECTED_CONFIG=", 1)[1].split('"', 1)[0].split()[0]
+code, out = migmanager.apply_config(os.environ["GPUOPS_MIG_SIMULATE"], seed.DEFAULT_MIG_PARTED_CONFIG, name)
+print(out)
+sys.exit(code)
+"""
+
+
+def nvidia_mig_manager_service(fleet, name, selected="all-disabled"):
+    """NVIDIA's nvidia-mig-manager.service, enabled, on a simulated host; returns a systemctl runner."""
+    unit_dir = fleet.dir / name / "etc" / "systemd" / "system"
+    (unit_dir / "nvidia-mig-manager.service.d").mkdir(parents=True)
+    override = unit_dir / "nvidia-mig-manager.service.d" / "override.conf"
+    override.write_text('[Service]\nEnvironment="MIG_PARTED_SELECTED_CONFIG=%s"\n' % selected)
+    script = fleet.dir / name / "etc" / "nvidia-mig-manager" / "service.py"
+    script.parent.mkdir(parents=True)
+    script.write_text(NVIDIA_SERVICE.format(repo=REPO, override=str(override)))
+    (unit_dir / "nvidia-mig-manager.service").write_text(
+        "[Unit]\nDescription=Configure MIG on NVIDIA GPUs\nAfter=nvidia-persistenced.service\n\n"
+        "[Service]\nType=oneshot\nExecStart=%s %s\n\n[Install]\nWantedBy=multi-user.target\n"
+        % (sys.executable, script))
+    env = dict(fleet.env, GPUOPS_MIG_SIMULATE=fleet.state_path(name), SYSTEMD_UNIT_PATH=str(unit_dir))
+
+    def systemctl(*args):
+        return subprocess.run([sys.executable, os.path.join(REPO, "tools", "sim-bin", "systemctl")] + list(args),
+                              capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert systemctl("enable", "nvidia-mig-manager.service").returncode == 0
+    return systemctl, override
+
+
+def test_nvidia_host_mig_manager_service_is_off_while_we_manage_the_node_and_back_on_at_hand_back(
+        kube_api, kube_env, tmp_path):
+    """A host-driver node with NVIDIA's nvidia-mig-manager.service: it would revert the layout at every boot,
+    after the collection's boot-time restore. It is disabled while the collection manages the node (its
+    override.conf as found) and enabled again by playbooks/disable.yml."""
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet.add("gpu-0", "1xA100-SXM4-40GB", mig_node_layouts=[{"gpus": "all", "devices": {"3g.20gb": 2}}])
+    systemctl, override = nvidia_mig_manager_service(fleet, "gpu-0")
+    before = override.read_bytes()
+    site = fleet.run("playbooks/site.yml", FAST)
+    assert site.returncode == 0, output(site)
+    assert systemctl("is-enabled", "nvidia-mig-manager.service").stdout.strip() == "disabled"
+    assert override.read_bytes() == before
+    assert profiles(fleet, "gpu-0") == [9, 9]
+    # A reboot: the collection's restore brings the layout back, and NVIDIA's unit no longer reverts it.
+    assert systemctl("reboot").returncode == 0
+    assert profiles(fleet, "gpu-0") == [9, 9]
+    again = fleet.run("playbooks/site.yml", FAST)
+    assert again.returncode == 0 and again.recap["gpu-0"]["changed"] == 0, output(again)
+
+    # The hand-back: MIG off, the restore removed, NVIDIA's unit on again as it was found.
+    off = fleet.run("playbooks/disable.yml", FAST)
+    assert off.returncode == 0, output(off)
+    assert systemctl("is-enabled", "nvidia-mig-manager.service").stdout.strip() == "enabled"
+    assert override.read_bytes() == before
+    assert not list((fleet.dir / "gpu-0").glob("var/lib/gpuops-mig/*"))

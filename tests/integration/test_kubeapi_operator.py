@@ -4,6 +4,7 @@ and kubectl, against simulated GPU hosts (gpuops_mig_sim)."""
 
 import os
 import subprocess
+import time
 
 import pytest
 import yaml
@@ -18,6 +19,7 @@ from tests.support.kubeapi import dra, migmanager, seed
 
 GPU = {"nvidia.com/gpu.present": "true"}
 DP, GFD = "nvidia.com/gpu.deploy.device-plugin", "nvidia.com/gpu.deploy.gpu-feature-discovery"
+PAUSED = "paused-for-mig-change"
 MIG_CONFIG, STATE = "nvidia.com/mig.config", "nvidia.com/mig.config.state"
 NS = "gpu-operator"
 
@@ -88,7 +90,7 @@ def test_kubernetes_core_reads_cluster_policy_and_resource_slices(kube_api, kube
     policy = results["policy"]["resources"][0]
     assert policy["metadata"]["name"] == "cluster-policy"
     assert policy["spec"]["mig"]["strategy"] == "single" and policy["spec"]["migManager"]["config"] == {
-        "name": "default-mig-parted-config", "default": "all-disabled"}
+        "name": "", "default": "all-disabled"}
     assert policy["status"] == {"namespace": NS, "state": "ready"}
     assert results["crd"]["resources"][0]["spec"]["names"]["kind"] == "ClusterPolicy"
     [slice_] = results["slices"]["resources"]
@@ -99,14 +101,25 @@ def test_kubernetes_core_reads_cluster_policy_and_resource_slices(kube_api, kube
     assert labels_of(kube_api)[STATE] == "success" and len(gis(host)) == 4
 
 
-def test_cluster_policy_is_served_only_while_its_crd_exists(kube_api):
-    dyn = k8s_dynamic.DynamicClient(k8s_config.new_client_from_config(kube_api.kubeconfig))
+def dynamic(api):
+    return k8s_dynamic.DynamicClient(k8s_config.new_client_from_config(api.kubeconfig))
+
+
+@pytest.mark.parametrize("api_version, kind, first, then", [
+    ("nvidia.com/v1", "ClusterPolicy", [], seed.gpu_operator),
+    # nvidia.com serves two versions: GPUCluster (operator v26.7's DRA stack) beside ClusterPolicy.
+    ("nvidia.com/v1alpha1", "GPUCluster", seed.gpu_operator, seed.gpu_cluster)])
+def test_nvidia_custom_resources_are_served_only_while_their_crds_exist(kube_api, api_version, kind, first, then):
+    if first:
+        kube_api.seed(*first())
     with pytest.raises(ResourceNotFoundError):
-        dyn.resources.get(api_version="nvidia.com/v1", kind="ClusterPolicy")
-    kube_api.seed(*seed.gpu_operator())
-    dyn = k8s_dynamic.DynamicClient(k8s_config.new_client_from_config(kube_api.kubeconfig))
-    policies = dyn.resources.get(api_version="nvidia.com/v1", kind="ClusterPolicy").get()
-    assert [p.metadata.name for p in policies.items] == ["cluster-policy"]
+        dynamic(kube_api).resources.get(api_version=api_version, kind=kind)
+    kube_api.seed(*then())
+    dyn = dynamic(kube_api)
+    assert [o.metadata.name for o in dyn.resources.get(api_version=api_version, kind=kind).get().items] == [
+        "cluster-policy" if kind == "ClusterPolicy" else "gpu-cluster"]
+    assert [p.metadata.name for p in dyn.resources.get(api_version="nvidia.com/v1", kind="ClusterPolicy").get().items] \
+        == ["cluster-policy"]
     assert dyn.resources.get(api_version="resource.k8s.io/v1", kind="ResourceSlice").get().items == []
 
 
@@ -184,7 +197,7 @@ def test_mig_manager_applies_a_config_when_the_label_changes(kube_api, host, idl
     same = dict(seed.DEFAULT_MIG_PARTED_CONFIG["mig-configs"]["all-1g.10gb"][0])
     config = {"version": "v1", "mig-configs": dict(seed.DEFAULT_MIG_PARTED_CONFIG["mig-configs"], **{
         "same-as-1g.10gb": [same]})}
-    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host), *seed.gpu_operator(config=config))
+    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host), *seed.gpu_operator(config_name="mine", config=config))
     idle()
     assert labels_of(kube_api)[MIG_CONFIG] == "all-disabled" and labels_of(kube_api)[STATE] == "success"
     before = {p["metadata"]["uid"] for p in pods(kube_api, "nvidia-device-plugin-daemonset")}
@@ -285,6 +298,159 @@ def test_mig_manager_delay_knob_and_client_daemonsets(kube_api, host, idle):
     slice_ = kube_api.get("ResourceSlice", "gpu-1-gpu.nvidia.com")
     assert slice_["spec"]["pool"]["generation"] == 2
     assert [d["name"] for d in slice_["spec"]["devices"]] == [f"gpu-0-mig-1g10gb-15-{s}" for s in (0, 2, 4, 6)]
+
+
+def test_default_install_publishes_a_per_node_config_and_the_operator_rewrites_its_default(kube_api, host, idle):
+    """migManager.config.name unset (the chart's default): mig-manager generates <node>-mig-config from the
+    hardware, owned by its pod; default-mig-parted-config is only the operator's asset, rewritten on every pass."""
+    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host), *seed.gpu_operator())
+    idle()
+    [manager] = pods(kube_api, "nvidia-mig-manager")
+    env = {e["name"]: e.get("value") for e in manager["spec"]["containers"][0]["env"]}
+    assert env["DEFAULT_CONFIG_FILE"] == "/mig-parted-config/config-default.yaml" and "CONFIG_FILE" not in env
+    node_config = kube_api.get("ConfigMap", "gpu-1-mig-config", NS)
+    assert node_config["metadata"]["labels"] == {"app.kubernetes.io/component": "nvidia-mig-manager",
+                                                 "nvidia.com/node-name": "gpu-1"}
+    [owner] = node_config["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("Pod", manager["metadata"]["name"],
+                                                            manager["metadata"]["uid"])
+    generated = yaml.safe_load(node_config["data"]["config.yaml"])["mig-configs"]
+    assert generated["all-1g.10gb"] == [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 4}}]
+    assert labels_of(kube_api)[STATE] == "success"
+
+    # A layout written into default-mig-parted-config is overwritten at once, and mig-manager never reads it.
+    default = kube_api.get("ConfigMap", "default-mig-parted-config", NS)
+    assert default["metadata"]["ownerReferences"][0]["kind"] == "ClusterPolicy"
+    mine = {"version": "v1", "mig-configs": {"mine": [{"devices": "all", "mig-enabled": True,
+                                                       "mig-devices": {"3g.20gb": 2}}]}}
+    kube_api.patch("ConfigMap", "default-mig-parted-config", {"data": {"config.yaml": yaml.safe_dump(mine)}}, NS)
+    assert yaml.safe_load(kube_api.get("ConfigMap", "default-mig-parted-config", NS)["data"]["config.yaml"]) == \
+        seed.DEFAULT_MIG_PARTED_CONFIG
+    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "mine"}}})
+    idle()
+    assert labels_of(kube_api)[STATE] == "failed"
+    assert "is not in the config generated for gpu-1" in kube_api.get("Node", "gpu-1")["metadata"]["annotations"][
+        migmanager.LOG_ANNOTATION]
+    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "all-3g.20gb"}}})
+    idle()
+    assert labels_of(kube_api)[STATE] == "success" and gis(host) == [(9, 0), (9, 4)]
+
+    # A new pod: the old one's ConfigMap goes with it (owner), the new one publishes its own.
+    kube_api.delete("Pod", manager["metadata"]["name"], NS)
+    idle()
+    [new] = pods(kube_api, "nvidia-mig-manager")
+    owner = kube_api.get("ConfigMap", "gpu-1-mig-config", NS)["metadata"]["ownerReferences"][0]
+    assert owner["uid"] == new["metadata"]["uid"] != manager["metadata"]["uid"]
+
+
+def test_a_failure_after_a_completed_run_leaves_the_gpu_clients_paused(kube_api, host, idle):
+    config = {"version": "v1", "mig-configs": {
+        "all-disabled": [{"devices": "all", "mig-enabled": False}],
+        "all-1g.10gb": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 4}}],
+        "too-many": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb": 8}}]}}
+    kube_api.seed(seed.node("gpu-1", dict(GPU, **{GFD: "false", "nvidia.com/mig.capable": "true"}), nvml_state=host),
+                  *seed.gpu_operator(config_name="custom-mig-config", config=config))
+    idle()
+    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
+    idle()
+    assert labels_of(kube_api)[STATE] == "success" and labels_of(kube_api)[DP] == "true"
+    # NoRestartK8sDaemonsetsOnExit is set for good in this pod: its next failure restores nothing.
+    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "too-many"}}})
+    idle()
+    labels = labels_of(kube_api)
+    assert labels[STATE] == "failed" and labels[DP] == PAUSED and labels[GFD] == "false"
+    assert not pods(kube_api, "nvidia-device-plugin-daemonset")
+    assert "left as they are" in kube_api.get("Node", "gpu-1")["metadata"]["annotations"][migmanager.LOG_ANNOTATION]
+    # A new pod (a new process) runs the label again and, failing, puts them back.
+    [manager] = pods(kube_api, "nvidia-mig-manager")
+    kube_api.delete("Pod", manager["metadata"]["name"], NS)
+    idle()
+    assert labels_of(kube_api)[STATE] == "failed" and labels_of(kube_api)[DP] == "true"
+
+
+def test_with_reboot_a_mode_change_that_needs_one_reboots_and_waits_for_the_driver(
+        kube_api, tmp_path, monkeypatch, idle):
+    monkeypatch.setattr(migmanager, "TIME_SCALE", 1 / 200)     # reboot and driver rebuild: 1.2 s
+    path = str(tmp_path / "vm.json")
+    sim.create_state(path, "1xA100-SXM4-40GB")
+    sim.set_host(path, passthrough=True)                        # a GPU reset is refused: only a reboot applies it
+    boot = sim.boot_id(path)
+    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=path), *seed.gpu_operator(env={"WITH_REBOOT": "true"}))
+    idle()
+    seen, times = record(kube_api), {}
+
+    def note(event):
+        state = (event.obj["metadata"].get("labels") or {}).get(STATE)
+        if state != ((event.old or {}).get("metadata", {}).get("labels") or {}).get(STATE):
+            times[state] = time.monotonic()
+    kube_api.on("modified", note, kind="Node")
+    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
+    idle()
+    assert ("rebooting", PAUSED) in seen and seen[-1] == ("success", "true"), seen
+    assert seen.index(("rebooting", PAUSED)) < seen.index(("pending", PAUSED), seen.index(("rebooting", PAUSED)))
+    assert times["success"] - times["rebooting"] >= migmanager.scaled(
+        migmanager.REBOOT_SECONDS + migmanager.DRIVER_REBUILD_SECONDS)
+    assert sim.boot_id(path) != boot and len(gis(path)) == 4
+
+    # A mode that does not take effect across the reboot either: failed after it, as the real one says.
+    sim.set_host(path, mode_change_survives_reboot=False)
+    del seen[:]
+    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "all-disabled"}}})
+    idle()
+    assert ("rebooting", PAUSED) in seen and labels_of(kube_api)[STATE] == "failed"
+    assert "did not take effect after rebooting" in kube_api.get("Node", "gpu-1")["metadata"]["annotations"][
+        migmanager.LOG_ANNOTATION]
+
+
+def test_mig_parted_applies_gpu_by_gpu(kube_api, tmp_path, idle):
+    path = str(tmp_path / "two.json")
+    sim.create_state(path, "2xA100-SXM4-40GB")
+    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=path), *seed.gpu_operator())
+    idle()
+    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "all-3g.20gb"}}})
+    idle()
+    # From 2 x 3g.20gb to 4 x 1g.10gb on each GPU; the sixth GPU instance (GPU 1's second) cannot be created.
+    sim.add_fault(path, "nvmlDeviceCreateGpuInstanceWithPlacement", "INSUFFICIENT_RESOURCES", nth=6)
+    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
+    idle()
+    assert labels_of(kube_api)[STATE] == "failed"
+    gpus = sim.load_state(path)["gpus"]
+    assert sorted(gi["profile_id"] for gi in gpus[0]["gpu_instances"]) == [15] * 4   # stays changed
+    assert gpus[1]["gpu_instances"] == [] and gpus[1]["mig"]["current"] == sim.MIG_ENABLE  # cleared, not rolled back
+
+
+def test_gpu_client_shutdown_waits_scale_with_the_knob(kube_api, host, monkeypatch, idle):
+    monkeypatch.setattr(migmanager, "TIME_SCALE", 1 / 300)     # 5 minutes per component: 1 s
+    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host), *seed.gpu_operator(),
+                  seed.pod("dcgm-stuck", node="gpu-1", namespace=NS, labels={"app": "nvidia-dcgm"}))
+    idle()
+    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
+    idle()
+    labels = labels_of(kube_api)
+    assert labels[STATE] == "pending" and labels[DP] == PAUSED and gis(host) == []
+    assert "after 1 s: dcgm-stuck" in kube_api.get("Node", "gpu-1")["metadata"]["annotations"][
+        migmanager.LOG_ANNOTATION]
+
+
+def test_a_config_name_just_added_reaches_the_pod_late(kube_api, host, monkeypatch, idle):
+    monkeypatch.setattr(migmanager, "TIME_SCALE", 1 / 60)      # the kubelet's sync: 1 s
+    config = {"version": "v1", "mig-configs": {"all-disabled": [{"devices": "all", "mig-enabled": False}]}}
+    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host),
+                  *seed.gpu_operator(config_name="custom-mig-config", config=config))
+    idle()
+    added = dict(config["mig-configs"], **{name: [{"devices": "all", "mig-enabled": True,
+                                                   "mig-devices": {"3g.20gb": 2}}] for name in ("new-a", "new-b")})
+    kube_api.patch("ConfigMap", "custom-mig-config",
+                   {"data": {"config.yaml": yaml.safe_dump({"version": "v1", "mig-configs": added})}}, NS)
+    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "new-a"}}})
+    idle()
+    assert labels_of(kube_api)[STATE] == "failed" and gis(host) == []
+    assert "is not in ConfigMap gpu-operator/custom-mig-config (as mounted)" in kube_api.get(
+        "Node", "gpu-1")["metadata"]["annotations"][migmanager.LOG_ANNOTATION]
+    time.sleep(migmanager.scaled(migmanager.CONFIGMAP_SYNC_SECONDS) + 0.2)
+    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "new-b"}}})
+    idle()
+    assert labels_of(kube_api)[STATE] == "success" and gis(host) == [(9, 0), (9, 4)]
 
 
 # ----- DRA kubelet plugin ------------------------------------------------------------------------------------

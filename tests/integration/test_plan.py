@@ -128,3 +128,21 @@ def test_site_applies_the_plan_and_the_pending_pods_then_fit(kube_api, kube_env,
         labels = kube_api.get("Node", name)["metadata"]["labels"]
         assert hosts[name]["kubernetes"]["mig_config"] == labels["nvidia.com/mig.config"] == planned["config_label"]
         assert hosts[name]["kubernetes"]["mig_config_state"] == labels["nvidia.com/mig.config.state"] == "success"
+
+
+def test_pending_resource_claims_of_the_dra_driver_are_demand(kube_api, kube_env, tmp_path):
+    """NVIDIA's DRA driver: a pending ResourceClaim of the DeviceClass mig.nvidia.com, its profile in the CEL
+    selector, asks for MIG devices as a pending pod does (it may have no pod yet)."""
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet.add("gpu-a", "1xH100-SXM5-80GB")
+    expression = "device.attributes['gpu.nvidia.com'].profile == '2g.20gb'"
+    kube_api.seed(*seed.dra_driver(), {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "train", "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "mig", "exactly": {
+            "deviceClassName": "mig.nvidia.com", "count": 3, "selectors": [{"cel": {"expression": expression}}]}}]}}})
+    plan_file = tmp_path / "plan.json"
+    run = fleet.run("playbooks/plan.yml", {"gpuops_mig_plan_file": str(plan_file),
+                                           "gpuops_mig_plan_vars_file": str(tmp_path / "plan-vars.yml")})
+    assert run.returncode == 0, output(run)
+    plan = json.loads(plan_file.read_text())
+    assert plan["nodes"]["gpu-a"]["layouts"] == [{"gpus": [0], "mig_enabled": True, "devices": {"2g.20gb": 3}}]

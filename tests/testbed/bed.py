@@ -8,8 +8,8 @@
     bed.py reset [HOST...]       reprovision hosts (fresh disks, fresh GPUs); without HOST also a fresh cluster
     bed.py reset --gpu-operator CONFIG
                                  the same, and the cluster also gets the GPU Operator (CRD, ClusterPolicy with
-                                 mig.strategy mixed, its ConfigMap default-mig-parted-config holding the
-                                 mig-parted file CONFIG); the emulator's operator and mig-manager act on it
+                                 mig.strategy mixed and migManager.config.name mig-layouts, the user's
+                                 ConfigMap of that name holding the mig-parted file CONFIG); the emulator's operator and mig-manager act on it
     bed.py power-on HOST...      boot hosts that are down (a reboot that never came back, a poweroff)
     bed.py status                hosts and API, one line each
     bed.py down                  remove everything: processes, namespaces, files
@@ -278,7 +278,7 @@ def cluster_seed(specs, gpu_operator=None):
         # through the nodes' kubeapi.test/nvml-state (the host directories, controller paths).
         with open(gpu_operator, encoding="utf-8") as handle:
             config = yaml.safe_load(handle)
-        objs.extend(seed.gpu_operator(mig_strategy="mixed", config=config))
+        objs.extend(seed.gpu_operator(mig_strategy="mixed", config_name="mig-layouts", config=config))
     return objs
 
 

@@ -17,6 +17,11 @@ nodelabeling_controller.go, object_controls.go):
   triggers: the ClusterPolicy created or its spec changed (generation), the node created, or the
   node's gpu.present value, operands switch or MIG capability changed. Removing mig.config alone
   does not bring it back until the next trigger.
+- The ConfigMap default-mig-parted-config (key config.yaml: MIG_PARTED_ASSET) is created, and written back
+  from the asset on every pass, while mig-manager is enabled and migManager.config.name is empty or names
+  it; a layout written into it is overwritten (createConfigMap in object_controls.go creates or updates it
+  with a controller reference to the ClusterPolicy, and skips it only for a custom name). Deleted when
+  mig-manager is disabled.
 - Operand DaemonSets in status.namespace (OPERANDS): device plugin, GFD and mig-manager, each owned
   (controller reference) by the ClusterPolicy and labelled app.kubernetes.io/managed-by=gpu-operator,
   re-rendered when the ClusterPolicy changes (so mig.strategy changes roll the pods) and deleted when
@@ -26,13 +31,16 @@ nodelabeling_controller.go, object_controls.go):
 "MIG-capable" follows hasMIGCapableGPU: `nvidia.com/mig.capable` decides when present; otherwise a
 `nvidia.com/gpu.product` containing a100, a30 or h100 (the real list; H200 nodes rely on GFD's label).
 Not emulated: the driver, toolkit, validator, DCGM and MPS operands, vGPU/VM workload configs,
-GPUCluster, and status conditions (status.state stays as seeded).
+GPUCluster, the other ConfigMaps of its assets (default-gpu-clients, the
+entrypoint), and status conditions (status.state stays as seeded).
 """
 
 from __future__ import annotations
 
 import copy
 import weakref
+
+import yaml
 
 DEPLOY = "nvidia.com/gpu.deploy."
 GPU_PRESENT = "nvidia.com/gpu.present"
@@ -48,6 +56,38 @@ STATE_LABELS = tuple(DEPLOY + name for name in (
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-operator"}
 DEFAULT_NAMESPACE = "gpu-operator"
 DEFAULT_MIG_CONFIG_MAP = "default-mig-parted-config"
+# The operator's own asset for default-mig-parted-config (assets/state-mig-manager/0400_configmap.yaml), in
+# small: one entry per device-filter where a profile's count differs by GPU type (PCI device ids as in
+# gpuops_mig_sim.models). seed.DEFAULT_MIG_PARTED_CONFIG is the same object.
+A100_40GB, A100_80GB, H100_80GB, A30 = "0x20B010DE", "0x20B210DE", "0x233010DE", "0x20B710DE"
+MIG_PARTED_ASSET = {
+    "version": "v1",
+    "mig-configs": {
+        "all-disabled": [{"devices": "all", "mig-enabled": False}],
+        "all-enabled": [{"devices": "all", "mig-enabled": True, "mig-devices": {}}],
+        "all-1g.5gb": [{"device-filter": [A100_40GB], "devices": "all", "mig-enabled": True,
+                        "mig-devices": {"1g.5gb": 7}}],
+        "all-1g.10gb": [
+            {"device-filter": [A100_40GB], "devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 4}},
+            {"device-filter": [A100_80GB, H100_80GB], "devices": "all", "mig-enabled": True,
+             "mig-devices": {"1g.10gb": 7}},
+        ],
+        "all-1g.6gb": [{"device-filter": [A30], "devices": "all", "mig-enabled": True,
+                        "mig-devices": {"1g.6gb": 4}}],
+        "all-2g.20gb": [{"device-filter": [A100_80GB, H100_80GB], "devices": "all", "mig-enabled": True,
+                         "mig-devices": {"2g.20gb": 3}}],
+        "all-3g.20gb": [{"device-filter": [A100_40GB], "devices": "all", "mig-enabled": True,
+                         "mig-devices": {"3g.20gb": 2}}],
+        "all-balanced": [
+            {"device-filter": [A100_40GB], "devices": "all", "mig-enabled": True,
+             "mig-devices": {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}},
+            {"device-filter": [A100_80GB, H100_80GB], "devices": "all", "mig-enabled": True,
+             "mig-devices": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}},
+            {"device-filter": [A30], "devices": "all", "mig-enabled": True,
+             "mig-devices": {"1g.6gb": 2, "2g.12gb": 1}},
+        ],
+    },
+}
 
 # name, ClusterPolicy section, nodeSelector label, image, gets MIG_STRATEGY
 OPERANDS = (
@@ -81,10 +121,18 @@ def component_enabled(policy, section: str) -> bool:
 
 
 def mig_config_map(policy) -> str:
-    """The ConfigMap mig-manager reads: migManager.config.name, or the default one when it is empty
-    (the real mig-manager then generates a per-node config instead; not emulated)."""
-    config = (((policy.get("spec") or {}).get("migManager") or {}).get("config") or {})
-    return config.get("name") or DEFAULT_MIG_CONFIG_MAP
+    """The ConfigMap mounted into mig-manager: migManager.config.name, or the default one when it is empty
+    (mounted then as config-default.yaml, only the fallback: mig-manager generates a per-node config)."""
+    return custom_mig_config(policy) or DEFAULT_MIG_CONFIG_MAP
+
+
+def custom_mig_config(policy) -> str:
+    """migManager.config.name, "" when unset (the chart's default)."""
+    return ((((policy.get("spec") or {}).get("migManager") or {}).get("config") or {}).get("name") or "")
+
+
+def asset_text() -> str:
+    return yaml.safe_dump(MIG_PARTED_ASSET, sort_keys=False)
 
 
 def mig_capable(labels: dict) -> bool:
@@ -121,6 +169,35 @@ def reconcile(cluster):
     for gone in set(memo["nodes"]) - names:
         del memo["nodes"][gone]
     _sync_operands(cluster, policy)
+    _sync_default_config(cluster, policy)
+
+
+def _sync_default_config(cluster, policy):
+    """default-mig-parted-config as createConfigMap leaves it: from the asset, on every pass."""
+    namespace = operand_namespace(policy)
+    existing = cluster.find("ConfigMap", DEFAULT_MIG_CONFIG_MAP, namespace)
+    if not component_enabled(policy, "migManager"):
+        if existing is not None:
+            cluster.delete("ConfigMap", DEFAULT_MIG_CONFIG_MAP, namespace)
+        return
+    if custom_mig_config(policy) not in ("", DEFAULT_MIG_CONFIG_MAP):
+        return
+    manifest = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": DEFAULT_MIG_CONFIG_MAP, "namespace": namespace,
+                             "ownerReferences": _owner(policy)},
+                "data": {"config.yaml": asset_text()}}
+    if existing is None:
+        cluster.create(manifest)
+    elif existing.get("data") != manifest["data"] or existing["metadata"].get("ownerReferences") != _owner(policy):
+        updated = copy.deepcopy(existing)
+        updated["data"] = manifest["data"]
+        updated["metadata"]["ownerReferences"] = _owner(policy)
+        cluster.replace(updated)
+
+
+def _owner(policy):
+    return [{"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "name": policy["metadata"]["name"],
+             "uid": policy["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]
 
 
 def node_label_patch(labels: dict, default_mig_config: bool) -> dict:
@@ -188,10 +265,18 @@ def operand_daemonset(policy, name, selector, image, with_strategy):
     if name == "nvidia-mig-manager":
         mig_manager = spec.get("migManager") or {}
         env += [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-                {"name": "CONFIG_FILE", "value": "/mig-parted-config/config.yaml"},
+                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
                 {"name": "DEFAULT_GPU_CLIENTS_NAMESPACE", "value": namespace}]
+        volume = {"name": "mig-parted-config", "configMap": {"name": mig_config_map(policy)}}
+        if custom_mig_config(policy):
+            env.append({"name": "CONFIG_FILE", "value": "/mig-parted-config/config.yaml"})
+        else:
+            # TransformMIGManager: the default ConfigMap is only the fallback of the generated config.
+            env.append({"name": "DEFAULT_CONFIG_FILE", "value": "/mig-parted-config/config-default.yaml"})
+            volume["configMap"]["items"] = [{"key": "config.yaml", "path": "config-default.yaml"}]
         env += [dict(e) for e in mig_manager.get("env") or []]
-        volumes.append({"name": "mig-parted-config", "configMap": {"name": mig_config_map(policy)}})
+        volumes.append(volume)
         mounts.append({"name": "mig-parted-config", "mountPath": "/mig-parted-config"})
     plugin_config = ((spec.get("devicePlugin") or {}).get("config") or {})
     if name in ("nvidia-device-plugin-daemonset", "gpu-feature-discovery") and plugin_config.get("name"):
@@ -217,9 +302,7 @@ def operand_daemonset(policy, name, selector, image, with_strategy):
         "metadata": {
             "name": name, "namespace": namespace,
             "labels": dict({"app": name}, **MANAGED_BY, **{"helm.sh/chart": "gpu-operator-v26.7.0"}),
-            "ownerReferences": [{"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
-                                 "name": policy["metadata"]["name"], "uid": policy["metadata"]["uid"],
-                                 "controller": True, "blockOwnerDeletion": True}],
+            "ownerReferences": _owner(policy),
         },
         "spec": {
             "selector": {"matchLabels": dict(pod_labels)},

@@ -81,6 +81,8 @@ CATALOG = [
     _r("resource.k8s.io/v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
     # Custom resources: served only while their CRD exists (seed.gpu_operator creates it).
     _r("nvidia.com/v1", "clusterpolicies", "ClusterPolicy", False, "", True, crd="clusterpolicies.nvidia.com"),
+    # GPU Operator v26.7's DRA stack (tech preview): another version of the same group.
+    _r("nvidia.com/v1alpha1", "gpuclusters", "GPUCluster", False, "", True, crd="gpuclusters.nvidia.com"),
 ]
 
 # Kinds whose metadata.generation counts spec changes (what their controllers compare
@@ -126,18 +128,17 @@ def served(res: Resource, crds=None) -> bool:
 
 
 def groups(crds=None) -> dict:
-    """group name -> version, in catalog order; the core group is ''."""
+    """group name -> its served versions, the preferred (first in the catalog) first; the core group is ''."""
     out = {}
     for res in CATALOG:
-        if served(res, crds):
-            out.setdefault(res.group, res.version)
+        if served(res, crds) and res.version not in out.setdefault(res.group, []):
+            out[res.group].append(res.version)
     return out
 
 
 def api_group(name: str, crds=None) -> dict:
-    version = groups(crds)[name]
-    gv = {"groupVersion": f"{name}/{version}", "version": version}
-    return {"name": name, "versions": [gv], "preferredVersion": gv}
+    versions = [{"groupVersion": f"{name}/{version}", "version": version} for version in groups(crds)[name]]
+    return {"name": name, "versions": versions, "preferredVersion": versions[0]}
 
 
 def api_group_list(crds=None) -> dict:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import yaml
 
 from .allocations import POD_RESOURCES_ANNOTATION
+from . import operator as gpu_operator_emulation
 from .deviceplugin import NVML_STATE_ANNOTATION
 
 
@@ -140,37 +141,10 @@ def load_manifests(path) -> list:
 
 # ----- NVIDIA GPU Operator and DRA driver ------------------------------------------------------------
 
-# A small mig-parted v1 config in the shape of the operator's default-mig-parted-config: one entry per
-# device-filter where a profile's count differs by GPU type (PCI device ids as in gpuops_mig_sim.models).
-A100_40GB, A100_80GB, H100_80GB, A30 = "0x20B010DE", "0x20B210DE", "0x233010DE", "0x20B710DE"
-DEFAULT_MIG_PARTED_CONFIG = {
-    "version": "v1",
-    "mig-configs": {
-        "all-disabled": [{"devices": "all", "mig-enabled": False}],
-        "all-enabled": [{"devices": "all", "mig-enabled": True, "mig-devices": {}}],
-        "all-1g.5gb": [{"device-filter": [A100_40GB], "devices": "all", "mig-enabled": True,
-                        "mig-devices": {"1g.5gb": 7}}],
-        "all-1g.10gb": [
-            {"device-filter": [A100_40GB], "devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 4}},
-            {"device-filter": [A100_80GB, H100_80GB], "devices": "all", "mig-enabled": True,
-             "mig-devices": {"1g.10gb": 7}},
-        ],
-        "all-1g.6gb": [{"device-filter": [A30], "devices": "all", "mig-enabled": True,
-                        "mig-devices": {"1g.6gb": 4}}],
-        "all-2g.20gb": [{"device-filter": [A100_80GB, H100_80GB], "devices": "all", "mig-enabled": True,
-                         "mig-devices": {"2g.20gb": 3}}],
-        "all-3g.20gb": [{"device-filter": [A100_40GB], "devices": "all", "mig-enabled": True,
-                         "mig-devices": {"3g.20gb": 2}}],
-        "all-balanced": [
-            {"device-filter": [A100_40GB], "devices": "all", "mig-enabled": True,
-             "mig-devices": {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}},
-            {"device-filter": [A100_80GB, H100_80GB], "devices": "all", "mig-enabled": True,
-             "mig-devices": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}},
-            {"device-filter": [A30], "devices": "all", "mig-enabled": True,
-             "mig-devices": {"1g.6gb": 2, "2g.12gb": 1}},
-        ],
-    },
-}
+# The operator's default-mig-parted-config (its asset, which it writes back on every reconcile).
+A100_40GB, A100_80GB = gpu_operator_emulation.A100_40GB, gpu_operator_emulation.A100_80GB
+H100_80GB, A30 = gpu_operator_emulation.H100_80GB, gpu_operator_emulation.A30
+DEFAULT_MIG_PARTED_CONFIG = gpu_operator_emulation.MIG_PARTED_ASSET
 
 CLUSTER_POLICY_CRD = "clusterpolicies.nvidia.com"
 
@@ -199,14 +173,23 @@ def cluster_policy_crd() -> dict:
 
 
 def gpu_operator(namespace: str = "gpu-operator", *, mig_strategy: str | None = "single", mig_manager: bool = True,
-                 config_name: str = "default-mig-parted-config", config: dict | None = None,
+                 config_name: str = "", config: dict | None = None,
                  device_plugin: bool = True, gfd: bool = True, config_default: str = "all-disabled",
-                 driver: bool = True) -> list:
+                 driver: bool = True, env: dict | None = None) -> list:
     """What a GPU Operator install leaves behind, for the emulator's operator (operator.py) to act on:
-    the CRD, the namespace, the ConfigMap `config_name` (key config.yaml, the mig-parted `config`, by
-    default DEFAULT_MIG_PARTED_CONFIG) and the ClusterPolicy `cluster-policy` (without mig.strategy when
-    mig_strategy is None, as CRs written by hand or by OLM may be). Seed them in this order."""
+    the CRD, the namespace, a ConfigMap of the user's `config_name` (key config.yaml, the mig-parted
+    `config`, by default DEFAULT_MIG_PARTED_CONFIG) and the ClusterPolicy `cluster-policy` (without
+    mig.strategy when mig_strategy is None, as CRs written by hand or by OLM may be; migManager.env from
+    `env`, WITH_REBOOT=false unless given). Seed them in this order.
+
+    config_name empty is the chart's default install: no ConfigMap of the user's; the operator writes
+    default-mig-parted-config from its asset and mig-manager generates <node>-mig-config. A `config`
+    needs a config_name of the user's: the operator would overwrite it in default-mig-parted-config."""
+    if config is not None and config_name in ("", gpu_operator_emulation.DEFAULT_MIG_CONFIG_MAP):
+        raise ValueError("seed.gpu_operator: a config needs a ConfigMap of the user's (config_name); the operator "
+                         "rewrites %s from its own asset" % gpu_operator_emulation.DEFAULT_MIG_CONFIG_MAP)
     text = yaml.safe_dump(config if config is not None else DEFAULT_MIG_PARTED_CONFIG, sort_keys=False)
+    env = dict({"WITH_REBOOT": "false"}, **(env or {}))
     policy = {
         "apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
         "metadata": {"name": "cluster-policy", "labels": {"app.kubernetes.io/component": "gpu-operator"}},
@@ -214,7 +197,7 @@ def gpu_operator(namespace: str = "gpu-operator", *, mig_strategy: str | None = 
             "operator": {"defaultRuntime": "containerd"},
             "mig": {"strategy": mig_strategy} if mig_strategy is not None else {},
             "migManager": {"enabled": mig_manager, "config": {"name": config_name, "default": config_default},
-                           "env": [{"name": "WITH_REBOOT", "value": "false"}]},
+                           "env": [{"name": k, "value": str(v)} for k, v in env.items()]},
             "devicePlugin": {"enabled": device_plugin},
             "gfd": {"enabled": gfd},
             "driver": {"enabled": driver},
@@ -226,12 +209,38 @@ def gpu_operator(namespace: str = "gpu-operator", *, mig_strategy: str | None = 
         "status": {"namespace": namespace, "state": "ready"},
     }
     objs = [cluster_policy_crd(), namespace_manifest(namespace)]
-    if config_name:
+    if config_name and config_name != gpu_operator_emulation.DEFAULT_MIG_CONFIG_MAP:
         objs.append({"apiVersion": "v1", "kind": "ConfigMap",
                      "metadata": {"name": config_name, "namespace": namespace},
                      "data": {"config.yaml": text}})
     objs.append(policy)
     return objs
+
+
+GPU_CLUSTER_CRD = "gpuclusters.nvidia.com"
+
+
+def gpu_cluster(namespace: str = "gpu-operator", *, dynamic_mig: bool = False) -> list:
+    """GPU Operator v26.7's DRA stack (tech preview, NVIDIA/gpu-operator api/nvidia/v1alpha1/gpucluster_types.go):
+    the CRD gpuclusters.nvidia.com and the singleton GPUCluster `gpu-cluster` (draDriver.featureGates with
+    DynamicMIG when `dynamic_mig`). It has no mig-manager, device plugin or GFD; nothing of it is emulated
+    beyond the object."""
+    names = {"kind": "GPUCluster", "listKind": "GPUClusterList", "plural": "gpuclusters", "singular": "gpucluster"}
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": GPU_CLUSTER_CRD, "labels": {"app.kubernetes.io/component": "gpu-operator"}},
+        "spec": {"group": "nvidia.com", "scope": "Cluster", "names": names,
+                 "versions": [{"name": "v1alpha1", "served": True, "storage": True, "subresources": {"status": {}},
+                               "schema": {"openAPIV3Schema": {"type": "object",
+                                                              "x-kubernetes-preserve-unknown-fields": True}}}]},
+        "status": {"acceptedNames": names, "storedVersions": ["v1alpha1"],
+                   "conditions": [{"type": "Established", "status": "True", "reason": "InitialNamesAccepted"}]},
+    }
+    cluster = {"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUCluster",
+               "metadata": {"name": "gpu-cluster"},
+               "spec": {"draDriver": {"featureGates": {"DynamicMIG": True} if dynamic_mig else {}}},
+               "status": {"namespace": namespace, "state": "ready"}}
+    return [crd, namespace_manifest(namespace), cluster]
 
 
 DRA_DRIVER = "gpu.nvidia.com"

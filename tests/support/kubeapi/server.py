@@ -166,7 +166,7 @@ class KubeAPI(Cluster):
             return web.json_response(dict(resources.api_group(parts[1], crds), kind="APIGroup", apiVersion="v1"))
         if parts == ["api", "v1"]:
             return web.json_response(resources.api_resource_list("", "v1", crds))
-        if len(parts) == 3 and parts[0] == "apis" and resources.groups(crds).get(parts[1]) == parts[2]:
+        if len(parts) == 3 and parts[0] == "apis" and parts[2] in resources.groups(crds).get(parts[1], ()):
             return web.json_response(resources.api_resource_list(parts[1], parts[2], crds))
         if not parts or parts[0] not in ("api", "apis"):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")

@@ -193,3 +193,28 @@ def test_any_fleet_facts_give_a_valid_plan_or_a_refusal(fleet):
         assert str(e)
         return
     assert_valid_plan(result)
+
+
+def claim(name, profile=None, count=1, allocated=False, version="v1", device_class="mig.nvidia.com", mode=None):
+    body = {"deviceClassName": device_class}
+    if profile:
+        body["selectors"] = [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == '%s'" % profile}}]
+    if count is not None:
+        body["count"] = count
+    if mode:
+        body["allocationMode"] = mode
+    request = dict(name="mig", **({"exactly": body} if version == "v1" else body))
+    return {"metadata": {"name": name, "namespace": "ml"}, "spec": {"devices": {"requests": [request]}},
+            "status": {"allocation": {"devices": {"results": []}}} if allocated else {}}
+
+
+def test_pending_claims_of_nvidia_mig_device_class_are_demand():
+    items, unresolved = fp.demand_from_claims([
+        claim("a", "1g.10gb", 2), claim("b", "1g.10gb", version="v1beta1"), claim("c", "3g.40gb"),
+        claim("done", "1g.10gb", allocated=True), claim("whole", device_class="gpu.nvidia.com"),
+        claim("any"), claim("all", "1g.10gb", count=None, mode="All")])
+    assert items == [{"profile": "1g.10gb", "count": 3, "strict": False, "source": "claim ml/a, claim ml/b"},
+                     {"profile": "3g.40gb", "count": 1, "strict": False, "source": "claim ml/c"}]
+    assert [u["sources"] for u in unresolved] == [["claim ml/any"], ["claim ml/all"]]
+    with pytest.raises(fp.PlanInputError, match="claim ml/x: spec must be a mapping"):
+        fp.demand_from_claims([{"metadata": {"name": "x", "namespace": "ml"}, "spec": []}])
