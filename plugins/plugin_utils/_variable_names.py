@@ -31,7 +31,8 @@ PLAYBOOK_VARIABLES = (
     "gpuops_mig_plan_single_profile", "gpuops_mig_plan_vars_file",
     "gpuops_mig_summary", "gpuops_mig_totals", "gpuops_mig_fleet",
     "gpuops_mig_round_dir", "gpuops_mig_round_max_nodes", "gpuops_mig_round_cooldown", "gpuops_mig_round_dry_run",
-    "gpuops_mig_round_lease_duration", "gpuops_mig_round_lease_namespace", "gpuops_mig_round_event",
+    "gpuops_mig_round_lease_duration", "gpuops_mig_round_lease_wait", "gpuops_mig_round_lease_namespace",
+    "gpuops_mig_round_event",
     "gpuops_mig_round_deploy_device_plugin", "gpuops_mig_round",
 )
 

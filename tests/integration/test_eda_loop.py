@@ -129,6 +129,8 @@ def test_pending_pods_run_after_one_round_evicting_nothing_a_risky_change_is_hel
     loop_vars.write_text(yaml.safe_dump({
         "gpuops_mig_demand_settle_seconds": 1,
         "gpuops_mig_round_dir": str(round_dir), "gpuops_mig_round_cooldown": 0, "gpuops_mig_round_max_nodes": 2,
+        # A round caught by the API outage below may die holding the round's lease: the next one waits it out.
+        "gpuops_mig_round_lease_duration": 20, "gpuops_mig_round_lease_wait": 120,
     }))
     log = open(str(tmp_path / "rulebook.log"), "w")
     proc = subprocess.Popen(
