@@ -138,8 +138,8 @@ def main(argv=None):
     where = "%s, %s, %d CPUs" % (platform.python_version(), platform.machine(), os.cpu_count() or 0)
     print(text)
     if args.write_docs:
-        block = "%s\n%s\n\n`%s` (Python %s; %s)\n%s" % (MARK_BEGIN, text, command, where, time.strftime("%Y-%m-%d"),
-                                                     MARK_END)
+        block = "%s\n%s\n\n`%s` (Python %s; %s)\n%s" % (
+            MARK_BEGIN, text, command, where, time.strftime("%Y-%m-%d"), MARK_END)
         docs = pathlib.Path(DOCS).read_text()
         start, end = docs.index(MARK_BEGIN), docs.index(MARK_END) + len(MARK_END)
         pathlib.Path(DOCS).write_text(docs[:start] + block + docs[end:])

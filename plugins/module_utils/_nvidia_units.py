@@ -36,11 +36,11 @@ def selected_config(override_text):
     """MIG_PARTED_SELECTED_CONFIG from the drop-in's Environment= lines, or None."""
     found = None
     for line in (override_text or "").splitlines():
-        key, _, value = line.strip().partition("=")
+        key, dummy, value = line.strip().partition("=")
         if key.strip() != "Environment":
             continue
         for word in value.strip().strip('"').split():
-            name, _, setting = word.strip('"').partition("=")
+            name, dummy, setting = word.strip('"').partition("=")
             if name == "MIG_PARTED_SELECTED_CONFIG":
                 found = setting
     return found

@@ -161,9 +161,9 @@ evictions:
   description:
     - Which pods the change evicts, and why, from the kubelet's allocations (RV(allocations)) and the plans.
       Null without a layout or when the allocations were not read (then only a whole-node drain is safe).
-    - C(pods) (each C(pod), C(namespace/name), with C(reasons): C(reason) V(device destroyed), V(GPU mode change)
-      or V(reboot), C(gpu), C(detail), and for a destroyed device C(device) and C(uuid)), C(drain_node) (the change
-      reboots the node: every pod goes) and C(evicts_nothing).
+    - C(pods) (each C(pod), C(namespace/name), with C(reasons), each with C(reason) V(device destroyed),
+      V(GPU mode change) or V(reboot), C(gpu), C(detail), and for a destroyed device C(device) and C(uuid)),
+      C(drain_node) (the change reboots the node, so every pod goes) and C(evicts_nothing).
   returned: always
   type: dict
 wants_mig:

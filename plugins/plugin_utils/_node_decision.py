@@ -443,8 +443,8 @@ def left_alone(node, operator, settings):
         "persist": False, "restore_in_step": True,
         "cordoned_earlier": cordoned, "unschedulable": bool(((node or {}).get("spec") or {}).get("unschedulable")),
         "converged_labels": {}, "repair": repair,
-        "steady_work": (["repair"] if repair else []) + (["uncordon"] if cordoned else [])
-                       + (["lease"] if abandoned_lease(settings.get("lease")) else []),
+        "steady_work": ((["repair"] if repair else []) + (["uncordon"] if cordoned else [])
+                        + (["lease"] if abandoned_lease(settings.get("lease")) else [])),
         "summary": "%s: the plan leaves this node as it is (no MIG layout for its GPUs): %s." % (
             host, "first, " + repair["message"] if repair else "nothing to do"),
     }

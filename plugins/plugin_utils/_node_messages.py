@@ -21,8 +21,8 @@ def _gpus(mode, describe):
 
 def mode_still_pending(host, mode, rebooted, reboot_allowed):
     """The MIG mode of some GPUs is pending and the role will not (or may no longer) reboot."""
-    gpus = _gpus(mode, lambda g: "GPU %s (%s, %s needed: %s)" % (g.get("index"), g.get("name"), g.get("action_required"),
-                                                                  g.get("hint")))
+    gpus = _gpus(mode, lambda g: "GPU %s (%s, %s needed: %s)" % (
+        g.get("index"), g.get("name"), g.get("action_required"), g.get("hint")))
     if rebooted:
         then = "It was rebooted once in this run already."
     elif not reboot_allowed:
@@ -47,9 +47,9 @@ def reconfigure_failed(host, step, result, reboot_in_progress, kubernetes, state
     reason = _clean(result.get("msg") or ("no new boot id" if reboot_in_progress else result) or "?")
     labelled = "the node stays cordoned and is labelled %s=failed" % state_label
     if reboot_in_progress:
+        unpaused = "; the GPU Operator operands were unpaused, " + labelled if kubernetes else ""
         then = ("The host did not come back from its reboot within %s s: bring it up (its stopped services start at "
-                "boot)%s; then run again." % (reboot_timeout, "; the GPU Operator operands were unpaused, " + labelled
-                                               if kubernetes else ""))
+                "boot)%s; then run again." % (reboot_timeout, unpaused))
     else:
         then = "GPU clients were restored%s; fix the cause and run again." % (", " + labelled if kubernetes else "")
     return "MIG reconfiguration of %s failed at '%s': %s. %s" % (host, step or "?", reason, then)

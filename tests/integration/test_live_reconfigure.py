@@ -9,7 +9,7 @@ import pytest
 from tests.support.kubeapi import allocations, seed
 from tests.support.podresources_server import PodResourcesServer, node_source
 
-from test_roles import Fleet, STATE, recap  # noqa: F401  (recap: the re-run's counts)
+from test_roles import Fleet, STATE
 
 pytestmark = pytest.mark.playbook
 

@@ -14,8 +14,9 @@ ARGS = {"sharing": {"1g.5gb": {"replicas": 2}}, "kubernetes": True, "device_plug
         "configmaps": {"nvidia": [{"metadata": {"name": "plugin-configs"}, "data": {}}]}}
 
 
-def plan(path="reconfigure", info=INFO, **args):
-    return sharing_plan("gpu-1", dict(ARGS, **args), info, LAYOUT, {"path": path, "strategy": "mixed"})
+def plan(path="reconfigure", info=None, **args):
+    return sharing_plan("gpu-1", dict(ARGS, **args), INFO if info is None else info, LAYOUT,
+                        {"path": path, "strategy": "mixed"})
 
 
 def test_the_plan_for_a_node_that_changes():

@@ -105,9 +105,10 @@ def configmap(data, name="plugin-configs", namespace="nvidia"):
     return {namespace: [{"metadata": {"name": name, "namespace": namespace}, "data": data}]}
 
 
-def plan(settings=None, planned=PLANNED, strategy="mixed", operator=NO_OPERATOR, node=NODE, configmaps=None):
-    return s.node_plan("gpu-1", dict(SETTINGS, **(settings or {})), planned, strategy, "mig_node_layouts", operator,
-                       node, configmaps if configmaps is not None else configmap({"default": "version: v1\n"}))
+def plan(settings=None, planned=None, strategy="mixed", operator=None, node=None, configmaps=None):
+    return s.node_plan("gpu-1", dict(SETTINGS, **(settings or {})), PLANNED if planned is None else planned, strategy,
+                       "mig_node_layouts", NO_OPERATOR if operator is None else operator, NODE if node is None else node,
+                       configmaps if configmaps is not None else configmap({"default": "version: v1\n"}))
 
 
 def test_unmanaged_without_sharing_or_an_entry():
