@@ -34,26 +34,19 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "simulator"))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from tests.integration.test_roles import Fleet  # noqa: E402
 from tests.support.kubeapi import KubeAPI, allocations, seed  # noqa: E402
 from tests.support.podresources_server import PodResourcesServer, node_source  # noqa: E402
+from bench_fleet import kube_env  # noqa: E402  (the emulator's client environment, as bench_fleet sets it)
 
-BIN = os.path.dirname(sys.executable)
 THREE = [{"gpus": "all", "devices": {"2g.20gb": 3}}]
 KEEP_TWO = [{"gpus": "all", "devices": {"2g.20gb": 2, "3g.40gb": 1}}]
 FAST = {"mig_node_validate_delay": "1", "mig_node_drain_retry_delay": "1"}
 DOCS = os.path.join(REPO, "docs", "rollout.md")
 MARK_BEGIN = "<!-- bench_live results begin -->"
 MARK_END = "<!-- bench_live results end -->"
-
-
-def kube_env(api, scratch):
-    env = dict(os.environ)
-    env.update(KUBECONFIG=api.kubeconfig, K8S_AUTH_KUBECONFIG=api.kubeconfig,
-               KUBECACHEDIR=str(scratch / "kube-cache"), TMPDIR=str(scratch),
-               PATH=BIN + os.pathsep + env.get("PATH", ""))
-    return env
 
 
 class Windows(threading.Thread):
