@@ -46,9 +46,9 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(ROOT, ".build", "collections"))
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _gpu_layout as layout  # noqa: E402
-from ansible_collections.gpuops.mig.plugins.module_utils._fleet_plan import plan_fleet  # noqa: E402
+from ansible_collections.gpuops.mig.plugins.plugin_utils._plan_search import plan_fleet  # noqa: E402
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _demand, _rounds  # noqa: E402
-from ansible_collections.gpuops.mig.tests.unit.plugins.module_utils.fleet_helpers import (  # noqa: E402
+from ansible_collections.gpuops.mig.tests.unit.plugins.plugin_utils.fleet_helpers import (  # noqa: E402
     _geometries,
     facts,
     node_facts,

@@ -32,8 +32,8 @@ import time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(ROOT, ".build", "collections"))
 
-from ansible_collections.gpuops.mig.plugins.module_utils._fleet_plan import plan_fleet  # noqa: E402
-from ansible_collections.gpuops.mig.tests.unit.plugins.module_utils.fleet_helpers import (  # noqa: E402
+from ansible_collections.gpuops.mig.plugins.plugin_utils._plan_search import plan_fleet  # noqa: E402
+from ansible_collections.gpuops.mig.tests.unit.plugins.plugin_utils.fleet_helpers import (  # noqa: E402
     nos_greedy,
     oracle,
     random_demand,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuops.mig.plugins.action.mig_plan import fleet_from_hostvars
-from ansible_collections.gpuops.mig.plugins.module_utils._config_builder import build
+from ansible_collections.gpuops.mig.plugins.plugin_utils._config_builder import build
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError
 from ansible_collections.gpuops.mig.plugins.plugin_utils._plain import plain, require_shapes
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpuops.mig.plugins.module_utils import _fleet_plan as fleet_plan
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _plan_search as fleet_plan
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError, RefusedError
 from ansible_collections.gpuops.mig.plugins.plugin_utils._plain import describe, plain, require_shapes
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _sharing as sharing

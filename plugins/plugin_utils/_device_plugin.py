@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ansible_collections.gpuops.mig.plugins.module_utils._config_builder import describe
+from ansible_collections.gpuops.mig.plugins.plugin_utils._config_builder import describe
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _sharing as sharing
 

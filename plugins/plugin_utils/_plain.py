@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Mapping, Set
 
-from ansible_collections.gpuops.mig.plugins.module_utils import _config_builder as builder
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _config_builder as builder
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import RefusedError
 
 __all__ = ["plain", "describe", "require_shapes", "MAX_DEPTH"]

@@ -25,7 +25,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 
-from ansible_collections.gpuops.mig.plugins.module_utils._config_builder import describe
+from ansible_collections.gpuops.mig.plugins.plugin_utils._config_builder import describe
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_decision as decision
 

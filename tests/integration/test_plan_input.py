@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _migparted as migparted
-from ansible_collections.gpuops.mig.tests.unit.plugins.module_utils.fleet_helpers import facts, node_facts
+from ansible_collections.gpuops.mig.tests.unit.plugins.plugin_utils.fleet_helpers import facts, node_facts
 
 pytestmark = pytest.mark.playbook
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from ansible_collections.gpuops.mig.plugins.action.mig_generate_config import ActionModule
 from ansible_collections.gpuops.mig.plugins.module_utils import _migparted as migparted
-from ansible_collections.gpuops.mig.plugins.module_utils._config_builder import build
+from ansible_collections.gpuops.mig.plugins.plugin_utils._config_builder import build
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError
 from ansible_collections.gpuops.mig.tests.unit.plugins.action.odd_input import (
     ODD,
@@ -18,7 +18,7 @@ from ansible_collections.gpuops.mig.tests.unit.plugins.action.odd_input import (
     tagged,
 )
 from ansible_collections.gpuops.mig.tests.unit.plugins.hypothesis_budget import BUDGET
-from ansible_collections.gpuops.mig.tests.unit.plugins.module_utils.fleet_helpers import facts
+from ansible_collections.gpuops.mig.tests.unit.plugins.plugin_utils.fleet_helpers import facts
 
 GPUS = [facts(0, "A100-40GB", mig_enabled=False), facts(1, "H100-80GB", []), facts(0, "A30", [])]
 

@@ -15,7 +15,7 @@ from ansible_collections.gpuops.mig.tests.unit.plugins.action.odd_input import (
     tagged,
 )
 from ansible_collections.gpuops.mig.tests.unit.plugins.hypothesis_budget import BUDGET
-from ansible_collections.gpuops.mig.tests.unit.plugins.module_utils.test__fleet_plan_input import (
+from ansible_collections.gpuops.mig.tests.unit.plugins.plugin_utils.test__fleet_plan_input import (
     FLEET,
     GOOD_DEMAND,
     GOOD_PODS,

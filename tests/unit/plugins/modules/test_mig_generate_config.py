@@ -3,7 +3,7 @@ mig_config as they are, on simulated GPUs of three models."""
 
 import pytest
 
-from ansible_collections.gpuops.mig.plugins.module_utils._config_builder import generate_config
+from ansible_collections.gpuops.mig.plugins.plugin_utils._config_builder import generate_config
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError
 from ansible_collections.gpuops.mig.plugins.modules import mig_config, mig_facts, mig_mode
 

@@ -41,7 +41,7 @@ import re
 from collections.abc import Mapping
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _gpu_layout as layout
-from ansible_collections.gpuops.mig.plugins.module_utils._config_builder import check_pci_id, check_profiles, describe
+from ansible_collections.gpuops.mig.plugins.plugin_utils._config_builder import check_pci_id, check_profiles, describe
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError
 from ansible_collections.gpuops.mig.plugins.module_utils import _host_layout as host_layout
 

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.gpuops.mig.plugins.module_utils import _fleet_plan as fp
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _plan_search as fp
 from ansible_collections.gpuops.mig.plugins.module_utils._gpu_layout import validate_target
 from ansible_collections.gpuops.mig.plugins.module_utils._migparted import entries_from_layouts, load_config
-from ansible_collections.gpuops.mig.tests.unit.plugins.module_utils.fleet_helpers import (
+from ansible_collections.gpuops.mig.tests.unit.plugins.plugin_utils.fleet_helpers import (
     FLEET_MODELS,
     facts,
     node_facts,

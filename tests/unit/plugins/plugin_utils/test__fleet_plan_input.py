@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ansible_collections.gpuops.mig.plugins.module_utils import _fleet_plan as fp
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _plan_search as fp
 from ansible_collections.gpuops.mig.plugins.module_utils import _migparted as migparted
 from ansible_collections.gpuops.mig.tests.unit.plugins.action.odd_input import ODD, odd_variant
 from ansible_collections.gpuops.mig.tests.unit.plugins.hypothesis_budget import BUDGET
-from ansible_collections.gpuops.mig.tests.unit.plugins.module_utils.fleet_helpers import facts, node_facts
+from ansible_collections.gpuops.mig.tests.unit.plugins.plugin_utils.fleet_helpers import facts, node_facts
 
 FLEET = {"a": node_facts([facts(0, "H100-80GB", [(1, "3g.40gb", 4, (4242,))]),
                           facts(1, "A100-40GB", mig_enabled=False)]),
