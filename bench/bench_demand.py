@@ -16,7 +16,7 @@ advances in steps of --step seconds. Policies, side by side on the same trace:
   geometry for what is pending; the change takes --nos-seconds (the node takes no pod meanwhile). It keeps
   every free device the geometry can keep (nos re-creates them; that would count more destroyed).
 - loop: this collection's demand loop: the source's settle window and fingerprints (_demand.Debouncer), then
-  rounds of the fleet planner (_fleet_plan.plan_fleet, pods' devices as in-use floors, busy devices never
+  rounds of the fleet planner (plugin_utils/_fleet_plan.plan_fleet, pods' devices as in-use floors, busy devices never
   destroyed) and the round's selection (_rounds.select: nodes that evict nothing, at most --max-nodes),
   a --cooldown between rounds that change nodes, --round-seconds to plan, --loop-node-seconds per node
   changed one after the other (site.yml's batches of one). Today a change drains the node's GPU pods, so
@@ -46,7 +46,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(ROOT, ".build", "collections"))
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _gpu_layout as layout  # noqa: E402
-from ansible_collections.gpuops.mig.plugins.plugin_utils._plan_search import plan_fleet  # noqa: E402
+from ansible_collections.gpuops.mig.plugins.plugin_utils._fleet_plan import plan_fleet  # noqa: E402
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _demand, _rounds  # noqa: E402
 from ansible_collections.gpuops.mig.tests.unit.plugins.plugin_utils.fleet_helpers import (  # noqa: E402
     _geometries,

@@ -7,7 +7,7 @@
 * optimality: seeded random fleets (1-4 nodes x 1-8 GPUs of A100-40GB, H100-80GB or
   A30; random current layouts, busy devices, MIG-off GPUs) and random demand. The
   planner's (unmet, nodes touched, devices destroyed) is compared with the oracle in
-  tests/unit/plugins/module_utils/fleet_helpers.py (every plan_gpu-reachable target of
+  tests/unit/plugins/plugin_utils/fleet_helpers.py (every plan_gpu-reachable target of
   every GPU, every subset of nodes) and with nos_greedy (first fit in the manner of nos).
 * scale: N nodes x 8 GPUs, each size in a fresh process; wall time of plan_fleet and the
   process's peak RSS.
@@ -32,7 +32,7 @@ import time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(ROOT, ".build", "collections"))
 
-from ansible_collections.gpuops.mig.plugins.plugin_utils._plan_search import plan_fleet  # noqa: E402
+from ansible_collections.gpuops.mig.plugins.plugin_utils._fleet_plan import plan_fleet  # noqa: E402
 from ansible_collections.gpuops.mig.tests.unit.plugins.plugin_utils.fleet_helpers import (  # noqa: E402
     nos_greedy,
     oracle,

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpuops.mig.plugins.action.mig_plan import fleet_from_hostvars
 from ansible_collections.gpuops.mig.plugins.plugin_utils._config_builder import build
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError
+from ansible_collections.gpuops.mig.plugins.plugin_utils._fleet_facts import fleet_from_hostvars
 from ansible_collections.gpuops.mig.plugins.plugin_utils._plain import plain, require_shapes
 
 ARGUMENT_SPEC = dict(
@@ -43,8 +43,7 @@ class ActionModule(ActionBase):
             args = plain(args, "the arguments")
             gpus = args["gpus"]
             if gpus is None:
-                hosts = args["hosts"] if args["hosts"] is not None else task_vars.get("ansible_play_hosts_all", [])
-                fleet = plain(fleet_from_hostvars(task_vars, hosts), "the hosts' gpuops_mig facts")
+                fleet = fleet_from_hostvars(task_vars, args["hosts"])
                 missing = sorted(h for h, f in fleet.items() if f is None)
                 if missing:
                     return dict(result, failed=True,

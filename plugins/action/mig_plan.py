@@ -10,8 +10,11 @@ from collections.abc import Mapping
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpuops.mig.plugins.plugin_utils import _plan_search as fleet_plan
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _fleet_plan as fleet_plan
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _plan_demand as plan_demand
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _plan_output as plan_output
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError, RefusedError
+from ansible_collections.gpuops.mig.plugins.plugin_utils._fleet_facts import fleet_from_hostvars
 from ansible_collections.gpuops.mig.plugins.plugin_utils._plain import describe, plain, require_shapes
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _sharing as sharing
 
@@ -44,18 +47,6 @@ SHAPES = dict(
 STRINGS = ("strategy", "single_profile", "config_label_prefix")
 
 
-def fleet_from_hostvars(task_vars, hosts):
-    """{host: its gpuops_mig facts, or None when the host has none (unreachable, failed)}."""
-    hostvars = task_vars.get("hostvars", {})
-    fleet = {}
-    for host in hosts:
-        facts = None
-        if host in hostvars:
-            facts = (hostvars[host].get("ansible_facts") or {}).get("gpuops_mig")
-        fleet[host] = facts
-    return fleet
-
-
 class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
@@ -78,21 +69,20 @@ class ActionModule(ActionBase):
             if args["fleet"] is not None:
                 fleet = args["fleet"]
             else:
-                hosts = args["hosts"] if args["hosts"] is not None else task_vars.get("ansible_play_hosts_all", [])
-                fleet = plain(fleet_from_hostvars(task_vars, hosts), "the hosts' gpuops_mig facts")
+                fleet = fleet_from_hostvars(task_vars, args["hosts"])
             node_groups = args["node_groups"]
             if node_groups is None:
                 node_groups = plain(task_vars.get("groups") or {}, "the inventory's groups")
-            items = fleet_plan.demand_items(args["demand"])
+            items = plan_demand.demand_items(args["demand"])
             in_use, whole_pending, unresolved = {}, 0, []
             if args["pods"] is not None:
                 replicas = dict((profile, spec["replicas"])
                                 for profile, spec in sharing.policy(args["sharing"], "sharing").items())
-                pod_items, in_use, whole_pending, unresolved = fleet_plan.demand_from_pods(
+                pod_items, in_use, whole_pending, unresolved = plan_demand.demand_from_pods(
                     args["pods"], args["strategy"], args["k8s_node_names"], args["single_profile"], fleet, replicas)
                 items.extend(pod_items)
             if args["claims"] is not None:
-                claim_items, claims_unresolved = fleet_plan.demand_from_claims(args["claims"])
+                claim_items, claims_unresolved = plan_demand.demand_from_claims(args["claims"])
                 items.extend(claim_items)
                 unresolved = unresolved + claims_unresolved
             plan = fleet_plan.plan_fleet(fleet, items, policy=args["policy"], in_use=in_use,
@@ -104,8 +94,8 @@ class ActionModule(ActionBase):
             return result
         result.update(
             plan=plan,
-            vars=fleet_plan.vars_file_data(plan),
-            table=fleet_plan.plan_table(plan),
+            vars=plan_output.vars_file_data(plan),
+            table=plan_output.plan_table(plan),
             report=plan["report"],
             mig_parted=plan["mig_parted"],
         )

@@ -35,7 +35,7 @@ def pod_request(pod):
 
     A pod counts while it has no node, has not finished and is not being deleted. Per container the
     limits are read, else the requests (the device plugin's resources must be equal in both); init
-    containers are not read, as in the planner (plugins/module_utils/_fleet_plan.py).
+    containers are not read, as in the planner (plugins/plugin_utils/_plan_demand.py).
     """
     if not isinstance(pod, dict):
         return {}

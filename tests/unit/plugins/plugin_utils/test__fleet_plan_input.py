@@ -7,7 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ansible_collections.gpuops.mig.plugins.plugin_utils import _plan_search as fp
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _fleet_plan as fp
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _plan_demand as plan_demand
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _plan_output as plan_output
 from ansible_collections.gpuops.mig.plugins.module_utils import _migparted as migparted
 from ansible_collections.gpuops.mig.tests.unit.plugins.action.odd_input import ODD, odd_variant
 from ansible_collections.gpuops.mig.tests.unit.plugins.hypothesis_budget import BUDGET
@@ -46,7 +48,7 @@ def plan(demand=None, **kw):
     (dict(whole_pending=-1), "pending whole-GPU requests: count must be a non-negative integer, got -1"),
 ])
 def test_odd_options_are_refused_naming_them(kw, message):
-    with pytest.raises(fp.PlanInputError) as raised:
+    with pytest.raises(plan_demand.PlanInputError) as raised:
         plan({"1g.10gb": 1}, **kw)
     assert message in str(raised.value)
 
@@ -75,7 +77,7 @@ def test_exact_limit_zero_goes_to_the_heuristic_at_once():
     ({"\x1b[2J": 1}, "'\\x1b[2J'"),
 ])
 def test_odd_demand_is_refused_naming_the_item(demand, message):
-    with pytest.raises(fp.PlanInputError) as raised:
+    with pytest.raises(plan_demand.PlanInputError) as raised:
         plan(demand)
     assert message in str(raised.value)
     assert "\x1b" not in str(raised.value)
@@ -112,7 +114,7 @@ def gpu_a(change):
     (gpu_a(lambda g: g.update(mig_devices=[1])), "a GPU 0: mig_devices must be a mapping"),
 ])
 def test_odd_facts_are_refused_naming_node_and_gpu(fleet, message):
-    with pytest.raises(fp.PlanInputError) as raised:
+    with pytest.raises(plan_demand.PlanInputError) as raised:
         fp.plan_fleet(fleet, {"1g.10gb": 1})
     assert message in str(raised.value)
 
@@ -131,8 +133,8 @@ def test_odd_facts_are_refused_naming_node_and_gpu(fleet, message):
     ([], {"strategy": ["mixed"]}, "strategy must be mixed or single, got ['mixed']"),
 ])
 def test_odd_pods_are_refused_naming_the_pod(pods, kw, message):
-    with pytest.raises(fp.PlanInputError) as raised:
-        fp.demand_from_pods(pods, fleet=FLEET, **kw)
+    with pytest.raises(plan_demand.PlanInputError) as raised:
+        plan_demand.demand_from_pods(pods, fleet=FLEET, **kw)
     assert message in str(raised.value)
 
 
@@ -154,17 +156,17 @@ def assert_valid_plan(result):
     report = result["report"]
     assert report["unmet_devices"] == sum(row["unmet"] for row in report["demand"]) + sum(
         item["count"] for item in report["unresolved"])
-    fp.plan_table(result)
-    fp.vars_file_data(result)
+    plan_output.plan_table(result)
+    plan_output.vars_file_data(result)
 
 
 def plan_or_refusal(demand, policy, exact_limit, prefix, pods, strategy, single_profile):
     try:
-        items, in_use, whole_pending, unresolved = fp.demand_from_pods(pods, strategy, {}, single_profile, FLEET)
-        result = fp.plan_fleet(FLEET, fp.demand_items(demand) + items, policy=policy, in_use=in_use,
+        items, in_use, whole_pending, unresolved = plan_demand.demand_from_pods(pods, strategy, {}, single_profile, FLEET)
+        result = fp.plan_fleet(FLEET, plan_demand.demand_items(demand) + items, policy=policy, in_use=in_use,
                                node_groups=GROUPS, exact_limit=exact_limit, unresolved=unresolved,
                                whole_pending=whole_pending, config_label_prefix=prefix)
-    except fp.PlanInputError as e:
+    except plan_demand.PlanInputError as e:
         assert str(e)
         return None
     assert_valid_plan(result)
@@ -189,7 +191,7 @@ def test_any_demand_and_policy_give_a_valid_plan_or_a_refusal(demand, policy, ex
 def test_any_fleet_facts_give_a_valid_plan_or_a_refusal(fleet):
     try:
         result = fp.plan_fleet(fleet, GOOD_DEMAND, node_groups=GROUPS)
-    except fp.PlanInputError as e:
+    except plan_demand.PlanInputError as e:
         assert str(e)
         return
     assert_valid_plan(result)
@@ -209,12 +211,12 @@ def claim(name, profile=None, count=1, allocated=False, version="v1", device_cla
 
 
 def test_pending_claims_of_nvidia_mig_device_class_are_demand():
-    items, unresolved = fp.demand_from_claims([
+    items, unresolved = plan_demand.demand_from_claims([
         claim("a", "1g.10gb", 2), claim("b", "1g.10gb", version="v1beta1"), claim("c", "3g.40gb"),
         claim("done", "1g.10gb", allocated=True), claim("whole", device_class="gpu.nvidia.com"),
         claim("any"), claim("all", "1g.10gb", count=None, mode="All")])
     assert items == [{"profile": "1g.10gb", "count": 3, "strict": False, "source": "claim ml/a, claim ml/b"},
                      {"profile": "3g.40gb", "count": 1, "strict": False, "source": "claim ml/c"}]
     assert [u["sources"] for u in unresolved] == [["claim ml/any"], ["claim ml/all"]]
-    with pytest.raises(fp.PlanInputError, match="claim ml/x: spec must be a mapping"):
-        fp.demand_from_claims([{"metadata": {"name": "x", "namespace": "ml"}, "spec": []}])
+    with pytest.raises(plan_demand.PlanInputError, match="claim ml/x: spec must be a mapping"):
+        plan_demand.demand_from_claims([{"metadata": {"name": "x", "namespace": "ml"}, "spec": []}])

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.gpuops.mig.plugins.plugin_utils import _plan_search as fp
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _fleet_plan as fp
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _rounds as r
 from ansible_collections.gpuops.mig.tests.unit.plugins.plugin_utils.fleet_helpers import facts, node_facts
 
