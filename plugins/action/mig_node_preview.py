@@ -21,7 +21,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _k8s_objects as k8s_objects
 from ansible_collections.gpuops.mig.plugins.module_utils import _migparted as migparted
-from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError, GpuopsError
+from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError, GpuopsError, RefusedError
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_decision as node_decision
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _preflight as preflight
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _role_contract as role_contract
@@ -67,10 +67,6 @@ SOURCES = (("config", "mig_node_config"), ("config_file", "mig_node_config_file"
            ("layouts", "mig_node_layouts"), ("configmap", "mig_node_config_configmap"))
 
 
-class Refused(Exception):
-    """The node must not be touched, or the settings are wrong; nothing was changed."""
-
-
 def sources_of(args):
     """The layout sources set, by role variable name (a plan for this node wins over all of them)."""
     if args["plan"] is not None:
@@ -83,7 +79,7 @@ def options_from_role(host, args, role_vars, given):
     argument names) taken from the mig_node role's checked variables (None: the task runs in no role with an
     argument spec)."""
     if role_vars is None or "mig_node_kubernetes" not in role_vars:
-        raise Refused("%s: role_variables needs the task to run in the gpuops.mig.mig_node role." % host)
+        raise RefusedError("%s: role_variables needs the task to run in the gpuops.mig.mig_node role." % host)
     args = dict(args)
     for option, name in ROLE_OPTIONS:
         if option in given or name not in role_vars:
@@ -103,17 +99,17 @@ def check_variable_names(host, task_vars):
     known = variable_names.known_names(os.path.dirname(os.path.normpath(task_vars["role_path"])))
     message = variable_names.problem(host, task_vars, known)
     if message:
-        raise Refused(message)
+        raise RefusedError(message)
 
 
 def check_settings(host, args, sources):
     if len(sources) > 1:
-        raise Refused("%s: declare the MIG layout with exactly one of mig_node_config (a mig-parted config), "
+        raise RefusedError("%s: declare the MIG layout with exactly one of mig_node_config (a mig-parted config), "
                       "mig_node_config_file (a mig-parted file on the controller), mig_node_layouts (inline layouts) "
                       "or mig_node_config_configmap (a ConfigMap in the cluster); found %s."
                       % (host, ", ".join(sources)))
     if args["reboot_method"] == "command" and not args["reboot_command"]:
-        raise Refused("%s: mig_node_reboot_method=command needs mig_node_reboot_command." % host)
+        raise RefusedError("%s: mig_node_reboot_method=command needs mig_node_reboot_command." % host)
 
 
 def pick_node(host, args):
@@ -123,7 +119,7 @@ def pick_node(host, args):
     name = args["k8s_node_name"] or host
     found = [n for n in args["nodes"] if n.get("metadata", {}).get("name") == name]
     if len(found) != 1:
-        raise Refused("%s: no Kubernetes node named '%s'. Set mig_node_k8s_node_name to the node's name, or "
+        raise RefusedError("%s: no Kubernetes node named '%s'. Set mig_node_k8s_node_name to the node's name, or "
                       "mig_node_kubernetes=false for a host outside Kubernetes." % (host, name))
     return found[0]
 
@@ -207,7 +203,7 @@ class ActionModule(ActionBase):
                 "drain": args["drain"] if args["kubernetes"] else "none", "lease": args["lease"],
                 "configmap": layout.pop("configmap"), "configmap_explicit": bool(args["configmap"])})
             result["sharing"] = sharing_plan(host, args, info, layout, decision)
-        except (Refused, node_decision.DecisionError, GpuopsError) as e:   # GpuopsError: sharing, plain()
+        except GpuopsError as e:   # a refusal, or sharing's and plain()'s errors
             return dict(result, failed=True, msg=str(e))
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
@@ -231,7 +227,7 @@ class ActionModule(ActionBase):
         values = self._templar.template(dict((name, task_vars[name]) for name in spec if name in task_vars))
         checked = ArgumentSpecValidator(spec).validate(values, validate_role_argument_spec=True)
         if checked.error_messages:
-            raise Refused("%s: the %s role's variables are wrong, nothing was changed: %s"
+            raise RefusedError("%s: the %s role's variables are wrong, nothing was changed: %s"
                           % (host, task_vars.get("role_name", "?"), "; ".join(checked.error_messages)))
         return checked.validated_parameters
 
@@ -249,7 +245,7 @@ class ActionModule(ActionBase):
         elif sources:
             kind = sources[0]
         else:
-            raise Refused("%s: declare the MIG layout with exactly one of mig_node_config (a mig-parted config), "
+            raise RefusedError("%s: declare the MIG layout with exactly one of mig_node_config (a mig-parted config), "
                           "mig_node_config_file (a mig-parted file on the controller), mig_node_layouts (inline "
                           "layouts) or mig_node_config_configmap (a ConfigMap in the cluster); none is set, and no "
                           "GPU Operator was found whose config could be used." % host)
@@ -260,7 +256,7 @@ class ActionModule(ActionBase):
             found = node_decision.config_from_configmaps(args["configmaps"].get(namespace) or [], candidates,
                                                          namespace, args["configmap_key"], host)
             if found["error"]:
-                raise Refused(found["error"])
+                raise RefusedError(found["error"])
             module_args, origin, configmap = {"config": found["config"]}, found["origin"], found["configmap"]
         elif kind == "mig_node_config":
             module_args = {"config": args["config"]}
@@ -302,7 +298,7 @@ class ActionModule(ActionBase):
             with open(found, "rb") as handle:
                 return handle.read().decode("utf-8")
         except (AnsibleError, OSError, UnicodeDecodeError) as e:
-            raise Refused("mig_node_config_file %s cannot be read: %s" % (path, e))
+            raise RefusedError("mig_node_config_file %s cannot be read: %s" % (path, e))
 
     def _read(self, host, args, module_args, task_vars, result):
         """gpuops.mig.mig_node_info once; with nvidia-ml-py missing and preflight.install_nvml, pip installs it

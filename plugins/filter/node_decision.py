@@ -7,6 +7,7 @@ mig_node_decision and mig_config_from_configmaps are deprecated, see meta/runtim
 
 from __future__ import annotations
 
+from ansible_collections.gpuops.mig.plugins.module_utils._errors import RefusedError
 from ansible_collections.gpuops.mig.plugins.plugin_utils._filter_errors import as_filter
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_decision as decision
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _rollout_report as rollout_report
@@ -14,14 +15,14 @@ from ansible_collections.gpuops.mig.plugins.plugin_utils import _sharing as shar
 
 
 def _wrap(function):
-    return as_filter(function, (decision.DecisionError, sharing.SharingError))
+    return as_filter(function, (RefusedError, sharing.SharingError))
 
 
 def node_decision(info, node, operator, settings):
     """decide(), with a refusal returned as {"path": "refused", "error": message} for the role to report."""
     try:
         return dict(decision.decide(info, node, operator, settings), error=None)
-    except decision.DecisionError as e:
+    except RefusedError as e:
         return {"path": "refused", "error": str(e)}
 
 

@@ -47,7 +47,9 @@ class LayoutError(GpuopsError):
 
 
 class RefusedError(GpuopsError):
-    """Bad input or an unsafe change for this host, found before anything was changed."""
+    """Bad input or an unsafe change for this host, found before anything was changed: the engine's refusals
+    on the host, and on the controller a node the rollout must not touch or role settings that are wrong
+    (the node decisions of plugin_utils and gpuops.mig.mig_node_preview), with the reason."""
 
 
 class ApplyError(GpuopsError):

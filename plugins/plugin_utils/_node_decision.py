@@ -20,6 +20,7 @@ from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import (
     is_dra_kubelet_plugin,
 )
 from ansible_collections.gpuops.mig.plugins.module_utils import _lease
+from ansible_collections.gpuops.mig.plugins.module_utils._errors import RefusedError
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_pods, _node_records
 
 LABEL_MIG_MANAGER = LABEL_DEPLOY + "mig-manager"
@@ -31,10 +32,6 @@ OPERATOR_MODES = ("auto", "mig-manager", "takeover")
 # after the reboot and runs again), and when its run has ended (NVIDIA/mig-parted pkg/mig/reconfigure).
 MIG_MANAGER_IN_FLIGHT = ("pending", "rebooting")
 MIG_MANAGER_FINISHED = ("success", "failed")
-
-
-class DecisionError(Exception):
-    """A node the rollout must not touch, with the reason (nothing was changed)."""
 
 
 # -- the GPU Operator ------------------------------------------------------------
@@ -180,12 +177,12 @@ def effective_strategy(declared, operator, host):
     is refused: the operator's device plugin advertises what ClusterPolicy says, not what we declare."""
     declared = (declared or "").strip().lower()
     if declared and declared not in STRATEGIES:
-        raise DecisionError("%s: mig_node_mig_strategy must be none, single or mixed, not '%s'" % (host, declared))
+        raise RefusedError("%s: mig_node_mig_strategy must be none, single or mixed, not '%s'" % (host, declared))
     theirs = operator.get("mig_strategy") if operator.get("present") else ""
     if declared and theirs and declared != theirs:
         has = ("has mig.strategy '%s'" % theirs) if operator.get("mig_strategy_set", True) else \
             "sets no mig.strategy (its device plugin and GFD run with their default, '%s')" % theirs
-        raise DecisionError(
+        raise RefusedError(
             "%s: mig_node_mig_strategy is '%s' but the GPU Operator's ClusterPolicy %s %s. "
             "Nothing was changed. Declare '%s' (or leave mig_node_mig_strategy empty), or change the ClusterPolicy."
             % (host, declared, operator["name"], has, theirs))
@@ -198,11 +195,11 @@ def operator_mode(wanted, operator, source, host):
     source: 'configmap' when the layout comes from the operator's ConfigMap, else the inventory's kind."""
     wanted = (wanted or "auto").strip().lower()
     if wanted not in OPERATOR_MODES:
-        raise DecisionError("%s: mig_node_operator_mode must be auto, mig-manager or takeover, not '%s'"
+        raise RefusedError("%s: mig_node_operator_mode must be auto, mig-manager or takeover, not '%s'"
                             % (host, wanted))
     if not operator.get("present"):
         if wanted == "mig-manager":
-            raise DecisionError("%s: mig_node_operator_mode=mig-manager, but no GPU Operator ClusterPolicy "
+            raise RefusedError("%s: mig_node_operator_mode=mig-manager, but no GPU Operator ClusterPolicy "
                                 "was found%s. Nothing was changed." % (host, _gpu_cluster_note(operator)))
         return "none"
     manager = operator["mig_manager"]
@@ -210,7 +207,7 @@ def operator_mode(wanted, operator, source, host):
         return "takeover"
     if wanted == "mig-manager":
         if not manager["on_node"]:
-            raise DecisionError(
+            raise RefusedError(
                 "%s: mig_node_operator_mode=mig-manager, but mig-manager does not run on this node (%s). "
                 "Nothing was changed." % (host, _why_not_on_node(manager)))
         return "mig-manager"
@@ -218,7 +215,7 @@ def operator_mode(wanted, operator, source, host):
         return "takeover"            # nobody else reconfigures this node's GPUs
     if source == "configmap":
         return "mig-manager"
-    raise DecisionError(
+    raise RefusedError(
         "%s: the GPU Operator's mig-manager runs on this node and reconfigures its GPUs from the "
         "nvidia.com/mig.config label, so a layout from %s would be fought over. Nothing was changed. "
         "Either let the collection drive mig-manager with the operator's config (leave the layout out, or set "
@@ -256,7 +253,7 @@ def check_mig_manager_config(operator, configmap, explicit, host):
     if not explicit or configmap == reads:
         return
     named = operator["mig_manager"]["config_maps"] == [reads] and reads != DEFAULT_OPERATOR_CONFIG
-    raise DecisionError(
+    raise RefusedError(
         "%s: the GPU Operator's mig-manager reads its MIG config from ConfigMap %s/%s (%s), not from %s, so the "
         "layout would be checked against a config mig-manager does not use. Nothing was changed. Name your "
         "ConfigMap in the ClusterPolicy (migManager.config.name) and leave mig_node_config_configmap out, or "
@@ -285,13 +282,13 @@ def _gpu_cluster_note(operator):
 def refuse_dynamic_mig(operator, host):
     cluster = operator.get("gpu_cluster") or {}
     if cluster.get("dynamic_mig"):
-        raise DecisionError(
+        raise RefusedError(
             "%s: the GPUCluster %s runs NVIDIA's DRA driver with its DynamicMIG feature gate, which creates MIG "
             "devices per claim and destroys those it did not create. Nothing was changed. Leave this node to the "
             "DRA driver, or turn DynamicMIG off." % (host, cluster["name"]))
     dra = operator.get("dra") or {}
     if dra.get("present") and dra.get("dynamic_mig"):
-        raise DecisionError(
+        raise RefusedError(
             "%s: NVIDIA's DRA driver (%s) runs here with its DynamicMIG feature gate, which destroys MIG devices "
             "it did not create. Nothing was changed. Leave this node to the DRA driver, or turn DynamicMIG off."
             % (host, dra["daemonset"]))
@@ -325,7 +322,7 @@ def decide(info, node, operator, settings):
 
     settings: host, kubernetes (bool), strategy (declared, may be empty), operator_mode (wanted),
     source (where the layout comes from: configmap, mig_node_config, ...), config_label,
-    cordoned_annotation. Returns a dict; raises DecisionError for a node that must not be touched.
+    cordoned_annotation. Returns a dict; raises RefusedError for a node that must not be touched.
     """
     host = settings["host"]
     operator = operator or {"present": False}
@@ -337,7 +334,7 @@ def decide(info, node, operator, settings):
     if settings["strategy"] == "single":
         problem = single_strategy_problem(info["planned"], settings["config_label"], host)
         if problem:
-            raise DecisionError(problem)
+            raise RefusedError(problem)
     labels = _labels(node)
     change = info["change"]
     mode = settings["mode"]
@@ -381,7 +378,7 @@ def decide(info, node, operator, settings):
         try:
             decision["drain"] = _node_pods.drain_preview(settings["drain"], info, path)
         except ValueError as e:
-            raise DecisionError("%s: %s. Nothing was changed." % (host, e))
+            raise RefusedError("%s: %s. Nothing was changed." % (host, e))
     decision["mig_manager_failure_hint"] = mounted_config_hint(operator, node, settings["config_label"]) \
         if path == "mig-manager" else ""
     # takeover.yml does both: the operator's mig-manager off, NVIDIA's host unit off (or back on at hand-back).
@@ -470,7 +467,7 @@ def repair_plan(node, host, path, validate, info=None):
         owed_file = (info or {}).get("owed") or {}
         record = _node_records.read_owed(node, owed_file.get("text"), owed_file.get("path"))
     except _node_records.OwedRecordError as exc:
-        raise DecisionError("%s: %s. Nothing was changed. Check the node's host GPU services and its "
+        raise RefusedError("%s: %s. Nothing was changed. Check the node's host GPU services and its "
                             "nvidia.com/gpu.deploy.* labels by hand, then remove the record." % (host, exc))
     if not record:
         return {}

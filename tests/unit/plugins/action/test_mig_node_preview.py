@@ -3,6 +3,7 @@
 import pytest
 
 from ansible_collections.gpuops.mig.plugins.action import mig_node_preview as a
+from ansible_collections.gpuops.mig.plugins.module_utils._errors import RefusedError
 
 
 def args(**kw):
@@ -21,10 +22,10 @@ def test_sources_a_plan_wins():
 
 def test_settings_are_checked_before_anything():
     a.check_settings("gpu-1", args(), ["mig_node_layouts"])
-    with pytest.raises(a.Refused, match="gpu-1: declare the MIG layout with exactly one of .* found mig_node_config, "
+    with pytest.raises(RefusedError, match="gpu-1: declare the MIG layout with exactly one of .* found mig_node_config, "
                                         "mig_node_layouts."):
         a.check_settings("gpu-1", args(), ["mig_node_config", "mig_node_layouts"])
-    with pytest.raises(a.Refused, match="mig_node_reboot_method=command needs mig_node_reboot_command"):
+    with pytest.raises(RefusedError, match="mig_node_reboot_method=command needs mig_node_reboot_command"):
         a.check_settings("gpu-1", args(reboot_method="command"), [])
     a.check_settings("gpu-1", args(reboot_method="command", reboot_command="systemctl reboot"), [])
 
@@ -34,7 +35,7 @@ def test_pick_node_by_name():
     assert a.pick_node("gpu-1", args(nodes=nodes)) == nodes[0]
     assert a.pick_node("b", args(nodes=nodes, k8s_node_name="node-b")) == nodes[1]
     assert a.pick_node("gpu-1", args(kubernetes=False)) is None
-    with pytest.raises(a.Refused, match="gpu-9: no Kubernetes node named 'gpu-9'. Set mig_node_k8s_node_name"):
+    with pytest.raises(RefusedError, match="gpu-9: no Kubernetes node named 'gpu-9'. Set mig_node_k8s_node_name"):
         a.pick_node("gpu-9", args(nodes=nodes))
 
 
@@ -103,7 +104,7 @@ def test_options_the_task_gives_win_and_no_persist_means_no_restore():
 
 def test_role_variables_outside_the_mig_node_role_are_refused():
     for outside in (None, {"mig_preflight_kubernetes": True}):
-        with pytest.raises(a.Refused, match="gpu-1: role_variables needs the task to run in the gpuops.mig.mig_node role"):
+        with pytest.raises(RefusedError, match="gpu-1: role_variables needs the task to run in the gpuops.mig.mig_node role"):
             a.options_from_role("gpu-1", defaults(), outside, given={"role_variables": True})
 
 

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_decision as d
+from ansible_collections.gpuops.mig.plugins.module_utils._errors import RefusedError
 from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import DRA_APP
 
 
@@ -74,7 +75,7 @@ def test_a_clusterpolicy_without_mig_strategy_means_none():
     assert view["mig_strategy"] == "none" and view["mig_strategy_set"] is False
     assert d.effective_strategy("", view, "h") == "none"
     assert d.effective_strategy("none", view, "h") == "none"
-    with pytest.raises(d.DecisionError, match="'mixed' but the GPU Operator's ClusterPolicy cluster-policy sets no "
+    with pytest.raises(RefusedError, match="'mixed' but the GPU Operator's ClusterPolicy cluster-policy sets no "
                                               "mig.strategy [(]its device plugin and GFD run with their default, 'none'[)]"):
         d.effective_strategy("mixed", view, "h")
     assert d.operator_view([policy("mixed")], node())["mig_strategy_set"] is True
@@ -109,7 +110,7 @@ def test_dra_driver_and_its_dynamic_mig_gate(ds, present, dynamic):
 
 def test_dynamic_mig_is_refused():
     operator = d.operator_view([], node(), [dra_ds("DynamicMIG=true")])
-    with pytest.raises(d.DecisionError, match="DynamicMIG feature gate, which destroys MIG devices"):
+    with pytest.raises(RefusedError, match="DynamicMIG feature gate, which destroys MIG devices"):
         d.decide(info(geometry=True), node(), operator, settings())
 
 
@@ -119,10 +120,10 @@ def test_strategy_declared_operator_default():
     assert d.effective_strategy("", {"present": False}, "h") == "mixed"
     assert d.effective_strategy("", d.operator_view([policy("single")]), "h") == "single"
     assert d.effective_strategy("single", d.operator_view([policy("single")]), "h") == "single"
-    with pytest.raises(d.DecisionError, match="'mixed' but the GPU Operator's ClusterPolicy cluster-policy has "
+    with pytest.raises(RefusedError, match="'mixed' but the GPU Operator's ClusterPolicy cluster-policy has "
                                               "mig.strategy 'single'"):
         d.effective_strategy("mixed", d.operator_view([policy("single")]), "h")
-    with pytest.raises(d.DecisionError, match="must be none, single or mixed"):
+    with pytest.raises(RefusedError, match="must be none, single or mixed"):
         d.effective_strategy("both", {"present": False}, "h")
 
 
@@ -136,13 +137,13 @@ def test_operator_modes():
     assert d.operator_mode("auto", off, "mig_node_layouts", "h") == "takeover"
     assert d.operator_mode("takeover", on, "configmap", "h") == "takeover"
     assert d.operator_mode("mig-manager", on, "configmap", "h") == "mig-manager"
-    with pytest.raises(d.DecisionError, match="would be fought over"):
+    with pytest.raises(RefusedError, match="would be fought over"):
         d.operator_mode("auto", on, "mig_node_layouts", "h")
-    with pytest.raises(d.DecisionError, match="does not run on this node .its label nvidia.com/gpu.deploy.mig-manager is false"):
+    with pytest.raises(RefusedError, match="does not run on this node .its label nvidia.com/gpu.deploy.mig-manager is false"):
         d.operator_mode("mig-manager", off, "configmap", "h")
-    with pytest.raises(d.DecisionError, match="no GPU Operator ClusterPolicy"):
+    with pytest.raises(RefusedError, match="no GPU Operator ClusterPolicy"):
         d.operator_mode("mig-manager", none, "configmap", "h")
-    with pytest.raises(d.DecisionError, match="must be auto, mig-manager or takeover"):
+    with pytest.raises(RefusedError, match="must be auto, mig-manager or takeover"):
         d.operator_mode("yes", none, "configmap", "h")
 
 
@@ -202,7 +203,7 @@ def test_a_node_left_alone_is_still_repaired_but_not_validated():
 
 
 def test_an_owed_record_gpuops_did_not_write_stops_the_node():
-    with pytest.raises(d.DecisionError, match="gpu-1: the annotation gpuops.mig/owed is not a record gpuops.mig wrote"):
+    with pytest.raises(RefusedError, match="gpu-1: the annotation gpuops.mig/owed is not a record gpuops.mig wrote"):
         d.decide(info(), node(annotations={"gpuops.mig/owed": "{oops"}), None, settings())
 
 
@@ -213,7 +214,7 @@ def test_the_summary_says_which_pods_the_change_evicts():
     assert out["drain"]["mode"] == "devices" and out["drain"]["pods"] == [{"pod": "ml/a", "reasons": ["device destroyed"]}]
     assert out["summary"].endswith("geometry change needed; evicts 1 pod(s): ml/a (device destroyed).")
     assert d.decide(info(), node(), None, settings(drain=True))["drain"] is None     # converged: no drain
-    with pytest.raises(d.DecisionError, match="gpu-1: mig_node_drain must be devices, node or none"):
+    with pytest.raises(RefusedError, match="gpu-1: mig_node_drain must be devices, node or none"):
         d.decide(evicting, node(), None, settings(drain="sometimes"))
 
 
@@ -249,7 +250,7 @@ def test_single_strategy_rule(planned, ok):
     problem = d.single_strategy_problem(planned, "x", "h")
     assert (problem is None) is ok
     if not ok:
-        with pytest.raises(d.DecisionError, match="Nothing was changed"):
+        with pytest.raises(RefusedError, match="Nothing was changed"):
             d.decide(info(planned=planned), None, None, settings(strategy="single"))
 
 
@@ -418,13 +419,13 @@ def test_driving_mig_manager_checks_the_layout_in_the_config_it_reads():
                {"configmap": "default-mig-parted-config", "configmap_explicit": False}):   # mig-manager's fallback
         assert d.decide(info(geometry=True), theirs, default_install,
                         settings(source="configmap", **ok))["path"] == "mig-manager"
-    with pytest.raises(d.DecisionError, match="reads its MIG config from ConfigMap gpu-operator/n7-mig-config "
+    with pytest.raises(RefusedError, match="reads its MIG config from ConfigMap gpu-operator/n7-mig-config "
                                               "[(]generated by mig-manager .* not from default-mig-parted-config.*"
                                               "never put layouts there"):
         d.decide(info(geometry=True), theirs, default_install,
                  settings(source="configmap", configmap="default-mig-parted-config", configmap_explicit=True))
     named = d.operator_view([policy(config_name="fleet-mig")], theirs)
-    with pytest.raises(d.DecisionError, match="from ConfigMap gpu-operator/fleet-mig [(]its migManager.config.name[)], "
+    with pytest.raises(RefusedError, match="from ConfigMap gpu-operator/fleet-mig [(]its migManager.config.name[)], "
                                               "not from mine"):
         d.decide(info(geometry=True), theirs, named,
                  settings(source="configmap", configmap="mine", configmap_explicit=True))
@@ -479,9 +480,9 @@ def test_a_gpu_cluster_node_gets_a_static_layout_applied_by_the_collection():
     out = d.decide(info(geometry=True), node(), view, settings())
     assert out["path"] == "reconfigure" and out["operator_mode"] == "none" and out["persist"] is True
     assert "a static layout under the GPUCluster gpu-cluster, which runs no mig-manager" in out["summary"]
-    with pytest.raises(d.DecisionError, match="GPUCluster gpu-cluster runs NVIDIA's DRA driver and no mig-manager"):
+    with pytest.raises(RefusedError, match="GPUCluster gpu-cluster runs NVIDIA's DRA driver and no mig-manager"):
         d.decide(info(geometry=True), node(), view, settings(operator_mode="mig-manager"))
-    with pytest.raises(d.DecisionError, match="GPUCluster gpu-cluster runs NVIDIA's DRA driver with its DynamicMIG"):
+    with pytest.raises(RefusedError, match="GPUCluster gpu-cluster runs NVIDIA's DRA driver with its DynamicMIG"):
         d.decide(info(geometry=True), node(), d.operator_view([], node(), (), [gpu_cluster(True)]), settings())
     # A ClusterPolicy wins (the two may not coexist).
     assert d.operator_view([policy()], node(), (), [gpu_cluster()])["gpu_cluster"] is None
