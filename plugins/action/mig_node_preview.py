@@ -22,6 +22,7 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.gpuops.mig.plugins.module_utils import _k8s_objects as k8s_objects
 from ansible_collections.gpuops.mig.plugins.module_utils import _migparted as migparted
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError, GpuopsError, RefusedError
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _layout_source as layout_source
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_decision as node_decision
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _preflight as preflight
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _role_contract as role_contract
@@ -59,20 +60,6 @@ ARGUMENT_SPEC = dict(
     **role_contract.node_preview_spec({"config": {"type": "raw"}})
 )
 
-# What counts as "not set" for a setting (the roles' defaults are empty strings and lists).
-UNSET = (None, "", [], {})
-
-# The role variables each source comes from, in the order messages name them.
-SOURCES = (("config", "mig_node_config"), ("config_file", "mig_node_config_file"),
-           ("layouts", "mig_node_layouts"), ("configmap", "mig_node_config_configmap"))
-
-
-def sources_of(args):
-    """The layout sources set, by role variable name (a plan for this node wins over all of them)."""
-    if args["plan"] is not None:
-        return ["gpuops_mig_plan"]
-    return [name for key, name in SOURCES if args[key] not in UNSET]
-
 
 def options_from_role(host, args, role_vars, given):
     """args with every option of ROLE_OPTIONS (and restore) that the task did not give (given: the task's own
@@ -85,7 +72,7 @@ def options_from_role(host, args, role_vars, given):
         if option in given or name not in role_vars:
             continue
         value = role_vars[name]
-        if value in UNSET:
+        if value in layout_source.UNSET:
             value = ARGUMENT_SPEC[option].get("default")
         args[option] = value
     if "restore" not in given and role_vars.get("mig_node_persist"):
@@ -103,11 +90,7 @@ def check_variable_names(host, task_vars):
 
 
 def check_settings(host, args, sources):
-    if len(sources) > 1:
-        raise RefusedError("%s: declare the MIG layout with exactly one of mig_node_config (a mig-parted config), "
-                      "mig_node_config_file (a mig-parted file on the controller), mig_node_layouts (inline layouts) "
-                      "or mig_node_config_configmap (a ConfigMap in the cluster); found %s."
-                      % (host, ", ".join(sources)))
+    layout_source.check_one_source(host, sources)
     if args["reboot_method"] == "command" and not args["reboot_command"]:
         raise RefusedError("%s: mig_node_reboot_method=command needs mig_node_reboot_command." % host)
 
@@ -120,7 +103,7 @@ def pick_node(host, args):
     found = [n for n in args["nodes"] if n.get("metadata", {}).get("name") == name]
     if len(found) != 1:
         raise RefusedError("%s: no Kubernetes node named '%s'. Set mig_node_k8s_node_name to the node's name, or "
-                      "mig_node_kubernetes=false for a host outside Kubernetes." % (host, name))
+                           "mig_node_kubernetes=false for a host outside Kubernetes." % (host, name))
     return found[0]
 
 
@@ -138,7 +121,7 @@ def config_names(config):
 
 def sharing_plan(host, args, info, layout, decision):
     """The device plugin's per-node config for the node's new layout (plugin_utils/_sharing.py), checked now."""
-    declared = args["sharing"] not in UNSET or args["device_plugin_config_name"]
+    declared = args["sharing"] not in layout_source.UNSET or args["device_plugin_config_name"]
     if info.get("change") is None:        # no layout for this node: it is left as it is
         return dict(sharing.UNMANAGED)
     if declared and not args["kubernetes"]:
@@ -228,29 +211,21 @@ class ActionModule(ActionBase):
         checked = ArgumentSpecValidator(spec).validate(values, validate_role_argument_spec=True)
         if checked.error_messages:
             raise RefusedError("%s: the %s role's variables are wrong, nothing was changed: %s"
-                          % (host, task_vars.get("role_name", "?"), "; ".join(checked.error_messages)))
+                               % (host, task_vars.get("role_name", "?"), "; ".join(checked.error_messages)))
         return checked.validated_parameters
 
     def _layout(self, host, args, task_vars):
         """Settle where the layout comes from, the config name and the label that names it (nothing read
         from the node yet)."""
-        sources = sources_of(args)
-        check_settings(host, args, sources)
+        check_settings(host, args, layout_source.sources_of(args))
         node = pick_node(host, args)
         labels = dict(((node or {}).get("metadata") or {}).get("labels") or {})
         operator = node_decision.operator_view(args["cluster_policies"] if args["kubernetes"] else [], node,
                                                args["daemonsets"], args["gpu_clusters"] if args["kubernetes"] else [])
-        if sources == ["mig_node_config_configmap"] or (not sources and operator["present"]):
-            kind = "configmap"
-        elif sources:
-            kind = sources[0]
-        else:
-            raise RefusedError("%s: declare the MIG layout with exactly one of mig_node_config (a mig-parted config), "
-                          "mig_node_config_file (a mig-parted file on the controller), mig_node_layouts (inline "
-                          "layouts) or mig_node_config_configmap (a ConfigMap in the cluster); none is set, and no "
-                          "GPU Operator was found whose config could be used." % host)
+        source_of = layout_source.layout_source(host, args, labels, operator["present"])
+        kind, name = source_of["kind"], source_of["config_name"]
         origin = configmap = None
-        if kind == "configmap":
+        if kind == layout_source.CONFIGMAP:
             candidates = [args["configmap"]] if args["configmap"] else operator["mig_manager"]["config_maps"]
             namespace = args["configmap_namespace"] or operator.get("namespace") or "gpu-operator"
             found = node_decision.config_from_configmaps(args["configmaps"].get(namespace) or [], candidates,
@@ -262,22 +237,15 @@ class ActionModule(ActionBase):
             module_args = {"config": args["config"]}
         elif kind == "mig_node_config_file":
             module_args = {"config": self._read_file(args["config_file"])}
-        elif kind == "gpuops_mig_plan":
+        elif kind == layout_source.PLAN:
             # No layouts: the plan leaves the node as it is (no MIG-capable GPU); it is only read.
             planned = args["plan"].get("layouts") or None
             module_args, origin = ({"layouts": planned} if planned else {}), "gpuops_mig_plan (plan.yml)"
         else:
             module_args = {"layouts": args["layouts"]}
-        name = args["config_name"]
-        if not name and args["config_from_label"] and kind not in ("mig_node_layouts", "gpuops_mig_plan"):
-            name = labels.get(node_decision.LABEL_CONFIG, "")
-        if kind == "gpuops_mig_plan":
-            label = args["plan"].get("config_label") or "planned"
-        elif name:
-            label = name
-        else:
-            names = config_names(module_args["config"]) if "config" in module_args else []
-            label = names[0] if len(names) == 1 else "custom"
+        label = source_of["label"]
+        if label is None:     # the name the config itself holds
+            label = layout_source.label_from_config(config_names(module_args["config"]))
         if module_args:       # else there is no layout to apply: the node is only read
             if origin:
                 module_args["config_origin"] = origin

@@ -11,8 +11,9 @@ from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import (
     LABEL_CONFIG as CONFIG_LABEL,
     LABEL_STATE as STATE_LABEL,
 )
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _layout_source as layout_source
 
-# Where the declared layout comes from, in the order the rollout (roles/mig_node) takes them: a plan from
+# Where the declared layout comes from, by the rollout's own rules (plugin_utils/_layout_source.py): a plan from
 # plan.yml names the node's layout and wins, then mig_node_config_name, then the node's nvidia.com/mig.config
 # label (mig_node_config_from_label, not with inline layouts), then inline layouts without a name ('custom').
 SOURCE_PLAN = "plan"
@@ -100,17 +101,25 @@ def declared_layout(host, declared, plan, kubernetes):
     """The config name the rollout would apply to the host, and where it comes from:
     {"layout": name or None, "source": plan | inventory | node label | none}."""
     planned = _mapping(_mapping(plan, "gpuops_mig_plan").get("nodes"), "gpuops_mig_plan.nodes")
-    if host in planned:
-        return {"layout": str((planned[host] or {}).get("config_label") or "planned"), "source": SOURCE_PLAN}
-    if declared.get("config_name"):
-        return {"layout": str(declared["config_name"]), "source": SOURCE_INVENTORY}
-    label = (kubernetes or {}).get("mig_config")
-    layouts = _flag(declared.get("layouts"), False)
-    if label and _flag(declared.get("config_from_label"), True) and not layouts:
-        return {"layout": str(label), "source": SOURCE_LABEL}
-    if layouts:
-        return {"layout": "custom", "source": SOURCE_INVENTORY}
-    return {"layout": None, "source": SOURCE_NONE}
+    entry = planned.get(host)
+    settings = {
+        "plan": _mapping(entry, "gpuops_mig_plan.nodes[%s]" % host) if entry is not None else None,
+        "layouts": True if _flag(declared.get("layouts"), False) else None,
+        "config_name": str(declared.get("config_name") or ""),
+        "config_from_label": _flag(declared.get("config_from_label"), True),
+    }
+    labels = {CONFIG_LABEL: (kubernetes or {}).get("mig_config")}
+    # Not strict: a host that declares nothing is reported, not refused (the rollout refuses it).
+    found = layout_source.layout_source(host, settings, labels, strict=False)
+    if found["label"] is None:
+        return {"layout": None, "source": SOURCE_NONE}
+    if found["kind"] == layout_source.PLAN:
+        source = SOURCE_PLAN
+    elif found["name_from"] == layout_source.NAME_FROM_LABEL:
+        source = SOURCE_LABEL
+    else:
+        source = SOURCE_INVENTORY
+    return {"layout": str(found["label"]), "source": source}
 
 
 def host_entry(host, facts, declared=None, plan=None, nodes_by_name=None):

@@ -196,11 +196,11 @@ def operator_mode(wanted, operator, source, host):
     wanted = (wanted or "auto").strip().lower()
     if wanted not in OPERATOR_MODES:
         raise RefusedError("%s: mig_node_operator_mode must be auto, mig-manager or takeover, not '%s'"
-                            % (host, wanted))
+                           % (host, wanted))
     if not operator.get("present"):
         if wanted == "mig-manager":
             raise RefusedError("%s: mig_node_operator_mode=mig-manager, but no GPU Operator ClusterPolicy "
-                                "was found%s. Nothing was changed." % (host, _gpu_cluster_note(operator)))
+                               "was found%s. Nothing was changed." % (host, _gpu_cluster_note(operator)))
         return "none"
     manager = operator["mig_manager"]
     if wanted == "takeover":
@@ -468,7 +468,7 @@ def repair_plan(node, host, path, validate, info=None):
         record = _node_records.read_owed(node, owed_file.get("text"), owed_file.get("path"))
     except _node_records.OwedRecordError as exc:
         raise RefusedError("%s: %s. Nothing was changed. Check the node's host GPU services and its "
-                            "nvidia.com/gpu.deploy.* labels by hand, then remove the record." % (host, exc))
+                           "nvidia.com/gpu.deploy.* labels by hand, then remove the record." % (host, exc))
     if not record:
         return {}
     restart = record["device_plugin"] and path == "converged"

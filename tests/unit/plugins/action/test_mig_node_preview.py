@@ -4,6 +4,7 @@ import pytest
 
 from ansible_collections.gpuops.mig.plugins.action import mig_node_preview as a
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import RefusedError
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _layout_source as layout_source
 
 
 def args(**kw):
@@ -13,17 +14,10 @@ def args(**kw):
     return base
 
 
-def test_sources_a_plan_wins():
-    assert a.sources_of(args()) == []
-    assert a.sources_of(args(layouts=[{"gpus": "all"}], configmap="cm")) == ["mig_node_layouts", "mig_node_config_configmap"]
-    assert a.sources_of(args(layouts=[{"gpus": "all"}], plan={"layouts": []})) == ["gpuops_mig_plan"]
-    assert a.sources_of(args(config="", config_file="f.yaml")) == ["mig_node_config_file"]
-
-
 def test_settings_are_checked_before_anything():
     a.check_settings("gpu-1", args(), ["mig_node_layouts"])
     with pytest.raises(RefusedError, match="gpu-1: declare the MIG layout with exactly one of .* found mig_node_config, "
-                                        "mig_node_layouts."):
+                                           "mig_node_layouts."):
         a.check_settings("gpu-1", args(), ["mig_node_config", "mig_node_layouts"])
     with pytest.raises(RefusedError, match="mig_node_reboot_method=command needs mig_node_reboot_command"):
         a.check_settings("gpu-1", args(reboot_method="command"), [])
@@ -86,8 +80,8 @@ def test_options_come_from_the_role_variables_where_the_task_gives_none():
     assert got["layouts"] == [{"gpus": "all", "devices": {"3g.40gb": 2}}]
     # Empty role variables are "not set": the sources check sees one source, not four.
     # (their defaults are the role argument spec's: {}, "", "", "", each in UNSET)
-    assert all(got[name] in a.UNSET for name in ("config", "config_file", "configmap", "configmap_namespace"))
-    assert a.sources_of(got) == ["mig_node_layouts"]
+    assert all(got[name] in layout_source.UNSET for name in ("config", "config_file", "configmap", "configmap_namespace"))
+    assert layout_source.sources_of(got) == ["mig_node_layouts"]
     assert (got["config_name"], got["strategy"], got["reboot_method"]) == ("", "mixed", "command")
     assert got["restore"] == {"reset": True, "before": ["kubelet.service"], "python": None, "root": "/srv/root",
                               "config_dir": "/etc/gpuops-mig", "lib_dir": "/usr/local/lib/gpuops-mig",
