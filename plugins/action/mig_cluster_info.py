@@ -24,6 +24,16 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.vars import merge_hash
 
 from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import cluster_read_spec, read_cluster
+from ansible_collections.gpuops.mig.plugins.plugin_utils._node_decision import operator_view
+
+
+def with_operator_view(result):
+    """The result with C(operator): the GPU Operator and NVIDIA's DRA driver cluster-wide, as the rollout sees
+    them (mig_node_preview's operator view, without a node), wherever their objects were read."""
+    if "cluster_policies" in result and not result.get("failed"):
+        result["operator"] = operator_view(result["cluster_policies"], None, result.get("daemonsets") or [],
+                                           result.get("gpu_clusters") or [])
+    return result
 
 
 def kubernetes_client():
@@ -56,7 +66,7 @@ class ActionModule(ActionBase):
             result = merge_hash(result, self._execute_module(task_vars=task_vars, wrap_async=wrap_async))
             if not wrap_async:
                 self._remove_tmp_path(self._connection._shell.tmpdir)
-            return result
+            return with_operator_view(result)
         dummy, params = self.validate_argument_spec(argument_spec=cluster_read_spec(client["auth_spec"]))
         # The task's environment (K8S_AUTH_*, a proxy), as the module would have had it. This worker
         # process runs this one task only, so its own environment can take it.
@@ -69,7 +79,7 @@ class ActionModule(ActionBase):
             result.update(read_cluster(service, params), changed=False)
         except client["error"] as e:
             return dict(result, failed=True, msg=str(e), exception="".join(traceback.format_exception(e)))
-        return result
+        return with_operator_view(result)
 
     def _reads_here(self, task_vars):
         """Whether the module would run on the controller with the controller's own Python (or with the

@@ -18,7 +18,7 @@ def device_plugin_values(settings, hostvars=None, hosts=()):
     facts = {}
     for host in hosts or ():
         host_vars = (hostvars or {}).get(host) or {}
-        found = (host_vars.get("__mig_node_preview") or {}).get("facts") \
+        found = (host_vars.get("mig_node_preview") or {}).get("facts") \
             or (host_vars.get("ansible_facts") or {}).get("gpuops_mig")
         if found:
             facts[host] = {"driver": (found or {}).get("driver")}

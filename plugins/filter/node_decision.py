@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 """The mig_node role's and site.yml's filters over the node decisions (logic in plugin_utils/_node_decision.py;
-mig_node_decision and mig_config_from_configmaps are deprecated, see meta/runtime.yml)."""
+mig_node_decision, mig_config_from_configmaps and mig_operator_view are deprecated, see meta/runtime.yml)."""
 
 from __future__ import annotations
 

@@ -138,6 +138,17 @@ daemonsets:
   returned: with O(operator)
   type: list
   elements: dict
+operator:
+  description:
+    - The GPU Operator and NVIDIA's DRA driver as the rollout sees them, cluster-wide - C(present) (a ClusterPolicy
+      is found); with it C(name), C(namespace), C(device_plugin) and C(gfd) (the operator runs them),
+      C(mig_strategy), C(mig_manager); C(gpu_cluster) (the GPUCluster of the operator's DRA stack, null without
+      one or beside a ClusterPolicy) and C(dra). The same view M(gpuops.mig.mig_node_preview) returns as its
+      C(operator), here for no node in particular (C(mig_manager.on_node) false, no node labels read).
+    - Computed by the action plugin on the controller, whichever way the cluster was read.
+  returned: with O(operator)
+  type: dict
+  version_added: 0.2.0
 nodes:
   description: The Node objects (C(status) only with O(node_status)).
   returned: with O(nodes)

@@ -37,7 +37,7 @@ PLAYBOOK_VARIABLES = (
 )
 
 # Results the roles leave on a host (a later batch's preview sees them): not settings, but not typos either.
-ROLE_RESULTS = ("mig_node_report", "mig_device_plugin_release", "mig_node_run")
+ROLE_RESULTS = ("mig_node_report", "mig_node_preview", "mig_device_plugin_release", "mig_node_run")
 
 
 def spec_options(roles_dir):

@@ -372,7 +372,7 @@ def test_preview_reads_a_configmap_named_in_play_vars_and_checks_the_role_variab
                           "mig_node_config_name": "half"}, **play_vars),
             "tasks": [{"ansible.builtin.import_role": {"name": "gpuops.mig.mig_node", "tasks_from": "preview",
                                                        "rolespec_validate": False}},
-                      {"ansible.builtin.debug": {"msg": "SOURCE {{ __mig_node_preview.source.origin }}: {{ __mig_node_preview.msg }}"}}]}]))
+                      {"ansible.builtin.debug": {"msg": "SOURCE {{ mig_node_preview.source.origin }}: {{ mig_node_preview.msg }}"}}]}]))
         return fleet.run(str(playbook))
 
     proc = preview({})

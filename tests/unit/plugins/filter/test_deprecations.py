@@ -24,7 +24,7 @@ def deprecated_filters():
 
 def test_the_unused_filters_are_deprecated_for_removal_in_1_0_0():
     found = deprecated_filters()
-    assert sorted(found) == ["mig_config_from_configmaps", "mig_node_decision"]
+    assert sorted(found) == ["mig_config_from_configmaps", "mig_node_decision", "mig_operator_view"]
     assert set(entry["removal_version"] for entry in found.values()) == {"1.0.0"}
     assert set(found) <= set(node_decision.FilterModule().filters())      # still there until then
 
