@@ -485,3 +485,23 @@ def test_a_gpu_cluster_node_gets_a_static_layout_applied_by_the_collection():
         d.decide(info(geometry=True), node(), d.operator_view([], node(), (), [gpu_cluster(True)]), settings())
     # A ClusterPolicy wins (the two may not coexist).
     assert d.operator_view([policy()], node(), (), [gpu_cluster()])["gpu_cluster"] is None
+
+
+def test_a_gpu_cluster_nodes_dra_plugin_and_dcgm_are_paused_the_way_the_operator_assigns_them():
+    """The GPUCluster's operands run where their nvidia.com/gpu.deploy.<component> label is "true"; the operator
+    writes "true" only over an absent or empty label, so paused-for-mig-change holds while the GPUs change."""
+    from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_records as records
+    out = d.decide(info(geometry=True), node(), d.operator_view([], node(), (), [gpu_cluster()]), settings())
+    assert out["operand_components"] == ["dra-driver", "dcgm-dra", "dcgm-exporter-dra"]
+    labels = {"nvidia.com/gpu.deploy.driver": "true", "nvidia.com/gpu.deploy.dra-driver": "true",
+              "nvidia.com/gpu.deploy.dra-validator": "true", "nvidia.com/gpu.deploy.dcgm-dra": "true",
+              "nvidia.com/gpu.deploy.dcgm-exporter-dra": "true"}
+    pause = records.clients_to_pause(labels, ["device-plugin", "dcgm"] + out["operand_components"],
+                                     "nvidia.com/gpu.deploy.", "paused-for-mig-change")
+    # The driver and the DRA validator hold no GPU: they run on.
+    assert pause["operands"] == {"nvidia.com/gpu.deploy.dra-driver": "true", "nvidia.com/gpu.deploy.dcgm-dra": "true",
+                                 "nvidia.com/gpu.deploy.dcgm-exporter-dra": "true"}
+    # Without a GPUCluster (the ClusterPolicy stack, or no operator) nothing more is paused.
+    for view in (d.operator_view([], node()), d.operator_view([policy()], node(), (), [gpu_cluster()])):
+        assert d.decide(info(geometry=True), node(), view, settings(operator_mode="takeover")
+                        )["operand_components"] == []
