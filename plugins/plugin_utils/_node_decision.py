@@ -135,7 +135,9 @@ def dra_view(daemonsets, node_labels):
         name = ds["metadata"]["name"]
         spec = template.get("spec") or {}
         selector = spec.get("nodeSelector") or {}
-        if any(node_labels.get(k) != v for k, v in selector.items()):
+        # A deploy label a run left paused still counts: the repair puts "true" back before the change.
+        if any(node_labels.get(k) != v and not (v == "true" and k.startswith(LABEL_DEPLOY)
+                                                and node_labels.get(k) == PAUSED) for k, v in selector.items()):
             continue
         return {"present": True, "daemonset": "%s/%s" % (ds["metadata"].get("namespace", ""), name),
                 "pod_selectors": ["%s=%s" % item for item in sorted(pod_labels.items())],

@@ -2,6 +2,7 @@
 driver container's root, the emulator's ClusterPolicy, operand DaemonSets, simulated mig-manager and DRA
 kubelet plugin (tests/support/kubeapi/operator.py, migmanager.py, dra.py)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -300,6 +301,19 @@ def test_a_gpu_cluster_node_gets_its_static_layout_from_the_collection(kube_api,
     devices = kube_api.list("ResourceSlice", field_selector="spec.nodeName=gpu-0")[0]["spec"]["devices"]
     assert sorted(d["attributes"]["profile"]["string"] for d in devices) == ["3g.40gb", "3g.40gb"]
     assert kube_api.list("DaemonSet", namespace="nvidia-device-plugin") == []
+
+    # A run that died after pausing them and changing the GPUs: the next run puts the labels back first and
+    # validates on the ResourceSlices (the plugin's DaemonSet still counts as the node's while its label is paused).
+    owed = {"run": "20261125T080000Z-dead", "job": "", "time": "2026-11-25T08:00:00Z", "services": [],
+            "operands": {DRA_PLUGIN: "true", DCGM_DRA: "true"}, "device_plugin": True}
+    kube_api.patch("Node", "gpu-0", {"metadata": {"labels": {DRA_PLUGIN: paused, DCGM_DRA: paused},
+                                                  "annotations": {"gpuops.mig/owed": json.dumps(owed)}}})
+    repaired = fleet.run("playbooks/site.yml", FAST)
+    assert repaired.returncode == 0, output(repaired)
+    assert "run 20261125T080000Z-dead, interrupted" in repaired.stdout, output(repaired)
+    assert "Wait until the node's ResourceSlices publish the layout" in repaired.stdout
+    assert (node_labels(kube_api, "gpu-0")[DRA_PLUGIN], node_labels(kube_api, "gpu-0")[DCGM_DRA]) == ("true", "true")
+    assert "gpuops.mig/owed" not in kube_api.get("Node", "gpu-0")["metadata"].get("annotations", {})
 
 
 # NVIDIA's host service as NVIDIA/mig-parted deployments/systemd installs it: a oneshot unit that applies the

@@ -99,9 +99,13 @@ def dra_ds(gates=None, selector=None, args=None):
     (dra_ds("MPSSupport=true,DynamicMIG=false"), True, False),
     (dra_ds(args=["--feature-gates", "DynamicMIG=true"]), True, True),
     (dra_ds("DynamicMIG=true", selector={"dra": "yes"}), False, None),   # not on this node
+    # The GPUCluster's plugin, its deploy label left paused by a run that died: still this node's (repaired).
+    (dra_ds(selector={"nvidia.com/gpu.deploy.dra-driver": "true"}), True, False),
+    (dra_ds(selector={"nvidia.com/gpu.deploy.dra-validator": "true"}), False, None),
 ])
 def test_dra_driver_and_its_dynamic_mig_gate(ds, present, dynamic):
-    view = d.operator_view([], node({"gpu": "yes"}), [ds])["dra"]
+    view = d.operator_view([], node({"gpu": "yes", "nvidia.com/gpu.deploy.dra-driver": "paused-for-mig-change",
+                                     "nvidia.com/gpu.deploy.dra-validator": "false"}), [ds])["dra"]
     assert view["present"] is present
     if present:
         assert view["dynamic_mig"] is dynamic
