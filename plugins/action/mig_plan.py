@@ -16,12 +16,14 @@ from ansible_collections.gpuops.mig.plugins.plugin_utils import _plan_output as 
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError, RefusedError
 from ansible_collections.gpuops.mig.plugins.plugin_utils._fleet_facts import fleet_from_hostvars
 from ansible_collections.gpuops.mig.plugins.plugin_utils._plain import describe, plain, require_shapes
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _kueue as kueue
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _sharing as sharing
 
 ARGUMENT_SPEC = dict(
     demand=dict(type="raw"),
     pods=dict(type="list", elements="dict"),
     claims=dict(type="list", elements="dict"),
+    workloads=dict(type="list", elements="raw"),
     strategy=dict(type="str", default="mixed", choices=["mixed", "single"]),
     single_profile=dict(type="str"),
     sharing=dict(type="raw"),
@@ -37,6 +39,7 @@ ARGUMENT_SPEC = dict(
 SHAPES = dict(
     pods=(list, dict, "a list of pod manifests (the resources of kubernetes.core.k8s_info)"),
     claims=(list, dict, "a list of ResourceClaim manifests (the resources of kubernetes.core.k8s_info)"),
+    workloads=(list, None, "a list of Kueue Workload manifests (the resources of kubernetes.core.k8s_info)"),
     hosts=(list, str, "a list of inventory host names"),
     fleet=(dict, None, "a mapping of host to its gpuops_mig facts"),
     policy=(dict, None, "a mapping (nodes, spare, whole_gpus, skip_unreachable)"),
@@ -75,11 +78,14 @@ class ActionModule(ActionBase):
                 node_groups = plain(task_vars.get("groups") or {}, "the inventory's groups")
             items = plan_demand.demand_items(args["demand"])
             in_use, whole_pending, unresolved = {}, 0, []
-            if args["pods"] is not None:
+            # Workloads waiting for admission have no pods yet: their pod sets are read as pending pods.
+            waiting_pods, workload_warnings = kueue.pending_pods(args["workloads"])
+            if args["pods"] is not None or waiting_pods:
                 replicas = dict((profile, spec["replicas"])
                                 for profile, spec in sharing.policy(args["sharing"], "sharing").items())
                 pod_items, in_use, whole_pending, unresolved = plan_demand.demand_from_pods(
-                    args["pods"], args["strategy"], args["k8s_node_names"], args["single_profile"], fleet, replicas)
+                    (args["pods"] or []) + waiting_pods, args["strategy"], args["k8s_node_names"],
+                    args["single_profile"], fleet, replicas)
                 items.extend(pod_items)
             if args["claims"] is not None:
                 claim_items, claims_unresolved = plan_demand.demand_from_claims(args["claims"])
@@ -95,10 +101,12 @@ class ActionModule(ActionBase):
         result.update(
             plan=plan,
             vars=plan_output.vars_file_data(plan),
-            table=plan_output.plan_table(plan),
+            table=plan_output.plan_table(plan) + ["warning: %s" % w for w in workload_warnings],
             report=plan["report"],
             mig_parted=plan["mig_parted"],
         )
+        if workload_warnings:
+            result["warnings"] = workload_warnings
         return result
 
 

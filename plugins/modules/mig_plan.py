@@ -73,6 +73,20 @@ options:
     type: list
     elements: dict
     version_added: 0.2.0
+  workloads:
+    description:
+      - Kueue Workload manifests (the C(resources) of M(kubernetes.core.k8s_info), C(kueue.x-k8s.io/v1beta2) or
+        C(v1beta1)). A Workload waiting for admission (condition C(Admitted) not C(True), not C(Finished), not
+        deactivated, not being deleted) has no pods yet, so each of its C(spec.podSets) adds C(count) pending pods of
+        its C(template), read as O(pods) reads pending pods (C(nvidia.com/mig-<profile>) and C(nvidia.com/gpu),
+        the strategy and sharing applied).
+      - Admitted Workloads add nothing (their pods are in O(pods)), nor do Workloads owned by a Pod (Kueue's pod
+        integration, whose pods exist already).
+      - A Workload that cannot be read (a C(count) or a quantity that is not a whole number, a part that is not
+        a mapping) is skipped with a warning naming it, and the plan goes on without it.
+    type: list
+    elements: raw
+    version_added: 0.2.0
   strategy:
     description:
       - The device plugin's MIG strategy. V(mixed) reads C(nvidia.com/mig-<profile>) (C(.) stands for C(+));

@@ -26,6 +26,12 @@ from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_pods, _nod
 LABEL_MIG_MANAGER = LABEL_DEPLOY + "mig-manager"
 STRATEGIES = ("none", "single", "mixed")
 OPERATOR_MODES = ("auto", "mig-manager", "takeover")
+# The GPU clients of GPU Operator v26.7's GPUCluster, by their deploy labels (NVIDIA/gpu-operator
+# controllers/state_manager.go gpuClusterStateLabels): the DRA kubelet plugin, DCGM and its exporter. The
+# operator writes "true" only where such a label is absent or empty (nodelabeling_controller.go
+# updateGPUClusterStateLabels), so paused-for-mig-change holds until the run writes "true" back, as for the
+# ClusterPolicy's operands. The driver and the DRA validator hold no GPU and are left running.
+GPU_CLUSTER_CLIENTS = ("dra-driver", "dcgm-dra", "dcgm-exporter-dra")
 
 
 # nvidia.com/mig.config.state while mig-manager works on the node (pending; rebooting until its pod comes back
@@ -126,7 +132,9 @@ def dra_view(daemonsets, node_labels):
         name = ds["metadata"]["name"]
         spec = template.get("spec") or {}
         selector = spec.get("nodeSelector") or {}
-        if any(node_labels.get(k) != v for k, v in selector.items()):
+        # A deploy label a run left paused still counts: the repair puts "true" back before the change.
+        if any(node_labels.get(k) != v and not (v == "true" and k.startswith(LABEL_DEPLOY)
+                                                and node_labels.get(k) == PAUSED) for k, v in selector.items()):
             continue
         return {"present": True, "daemonset": "%s/%s" % (ds["metadata"].get("namespace", ""), name),
                 "pod_selectors": ["%s=%s" % item for item in sorted(pod_labels.items())],
@@ -359,6 +367,8 @@ def decide(info, node, operator, settings):
         # A mig-manager run already in flight is waited out before the label changes (drive.yml).
         "mig_manager_run": mig_manager_run(node) if mode == "mig-manager" else None,
         "gpu_cluster": (operator.get("gpu_cluster") or {}).get("name"),
+        # Paused beside mig_node_operand_components (clients_pause.yml): a GPUCluster's operands hold the GPUs.
+        "operand_components": list(GPU_CLUSTER_CLIENTS) if operator.get("gpu_cluster") else [],
         # With WITH_REBOOT a mode change may reboot the node and wait for the driver container's rebuild: the
         # wait for mig-manager gets mig_node_mig_manager_reboot_timeout more.
         "mig_manager_may_reboot": mode == "mig-manager" and (

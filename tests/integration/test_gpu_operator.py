@@ -2,6 +2,7 @@
 driver container's root, the emulator's ClusterPolicy, operand DaemonSets, simulated mig-manager and DRA
 kubelet plugin (tests/support/kubeapi/operator.py, migmanager.py, dra.py)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from test_roles import CONFIG, REPO, STATE, Fleet, output
 pytestmark = pytest.mark.playbook
 
 MIG_MANAGER = "nvidia.com/gpu.deploy.mig-manager"
+DRA_PLUGIN, DCGM_DRA, DRA_VALIDATOR = ("nvidia.com/gpu.deploy." + c for c in ("dra-driver", "dcgm-dra", "dra-validator"))
 LAYOUTS = {
     "version": "v1",
     "mig-configs": {
@@ -262,20 +264,56 @@ def test_dra_driver_static_mig_is_validated_through_resourceslices_and_dynamic_m
 
 def test_a_gpu_cluster_node_gets_its_static_layout_from_the_collection(kube_api, kube_env, tmp_path):
     """GPU Operator v26.7's GPUCluster runs NVIDIA's DRA driver and no mig-manager: its MIG devices must be set up
-    beforehand. The collection applies the layout itself and deploys no device plugin beside the DRA driver."""
+    beforehand. The collection applies the layout itself and deploys no device plugin beside the DRA driver. The
+    GPUCluster's DRA kubelet plugin and DCGM (the emulator's gpucluster.py renders them) are paused through their
+    deploy labels while the GPUs change, come back afterwards, and the plugin's ResourceSlice is checked."""
     fleet = Fleet(tmp_path, kube_api, kube_env)
     fleet.add("gpu-0", "1xH100-SXM5-80GB", mig_node_layouts=[{"gpus": "all", "devices": {"3g.40gb": 2}}])
-    # The GPUCluster's DRA kubelet plugin: the emulator plays it with the standalone driver's DaemonSet.
-    kube_api.seed(*seed.gpu_cluster(), *seed.dra_driver(namespace="gpu-operator"))
+    kube_api.seed(*seed.gpu_cluster())
+    running = kube_api.list("Pod", namespace="gpu-operator", field_selector="spec.nodeName=gpu-0")
+    assert sorted(p["metadata"]["labels"]["app"] for p in running) == [
+        "nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra", "nvidia-dra-driver-kubelet-plugin"]
     refused = fleet.run("playbooks/site.yml", dict(FAST, mig_node_operator_mode="mig-manager"))
     assert refused.returncode != 0 and "GPUCluster gpu-cluster runs NVIDIA's DRA driver and no mig-manager" in \
         refused.stdout, output(refused)
+    history, gone = [], []
+
+    def record(event):
+        labels = event.obj["metadata"].get("labels") or {}
+        entry = (labels.get(STATE), labels.get(DRA_PLUGIN), labels.get(DCGM_DRA), labels.get(DRA_VALIDATOR))
+        if not history or history[-1] != entry:
+            history.append(entry)
+    kube_api.on("modified", record, kind="Node")
+    kube_api.on("deleted", lambda event: gone.append(event.obj["metadata"]["labels"].get("app")), kind="Pod")
     site = fleet.run("playbooks/site.yml", FAST)
     assert site.returncode == 0, output(site)
     assert "a static layout under the GPUCluster gpu-cluster" in site.stdout
     assert profiles(fleet, "gpu-0") == [9, 9] and node_labels(kube_api, "gpu-0")[STATE] == "success"
+    # Paused while the change was pending (the driver and the DRA validator run on), then put back.
+    paused = "paused-for-mig-change"
+    assert ("pending", paused, paused, "true") in history, history
+    assert history[-1] == ("success", "true", "true", "true"), history
+    assert {"nvidia-dra-driver-kubelet-plugin", "nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra"} <= set(gone), gone
+    assert node_labels(kube_api, "gpu-0")["nvidia.com/gpu.deploy.dcgm-exporter-dra"] == "true"
+    assert "gpuops.mig/owed" not in kube_api.get("Node", "gpu-0")["metadata"].get("annotations", {})
+    # Validated on the ResourceSlice the restarted plugin published: the node's devices are the layout.
     assert "Wait until the node's ResourceSlices publish the layout" in site.stdout
+    devices = kube_api.list("ResourceSlice", field_selector="spec.nodeName=gpu-0")[0]["spec"]["devices"]
+    assert sorted(d["attributes"]["profile"]["string"] for d in devices) == ["3g.40gb", "3g.40gb"]
     assert kube_api.list("DaemonSet", namespace="nvidia-device-plugin") == []
+
+    # A run that died after pausing them and changing the GPUs: the next run puts the labels back first and
+    # validates on the ResourceSlices (the plugin's DaemonSet still counts as the node's while its label is paused).
+    owed = {"run": "20261125T080000Z-dead", "job": "", "time": "2026-11-25T08:00:00Z", "services": [],
+            "operands": {DRA_PLUGIN: "true", DCGM_DRA: "true"}, "device_plugin": True}
+    kube_api.patch("Node", "gpu-0", {"metadata": {"labels": {DRA_PLUGIN: paused, DCGM_DRA: paused},
+                                                  "annotations": {"gpuops.mig/owed": json.dumps(owed)}}})
+    repaired = fleet.run("playbooks/site.yml", FAST)
+    assert repaired.returncode == 0, output(repaired)
+    assert "run 20261125T080000Z-dead, interrupted" in repaired.stdout, output(repaired)
+    assert "Wait until the node's ResourceSlices publish the layout" in repaired.stdout
+    assert (node_labels(kube_api, "gpu-0")[DRA_PLUGIN], node_labels(kube_api, "gpu-0")[DCGM_DRA]) == ("true", "true")
+    assert "gpuops.mig/owed" not in kube_api.get("Node", "gpu-0")["metadata"].get("annotations", {})
 
 
 # NVIDIA's host service as NVIDIA/mig-parted deployments/systemd installs it: a oneshot unit that applies the

@@ -512,3 +512,37 @@ def test_seed_config_map_holds_the_mig_parted_config():
     assert policy["spec"]["migManager"]["enabled"] is False and policy["spec"]["devicePlugin"]["enabled"] is False
     assert policy["status"]["namespace"] == "ops"
     assert os.path.basename(migmanager.SIM_BIN) == "sim-bin"
+
+
+# ----- GPUCluster (GPU Operator v26.7's DRA stack) -----------------------------------------------------------
+
+def test_gpu_cluster_labels_its_nodes_renders_its_operands_and_honours_a_pause(kube_api, host, idle):
+    from tests.support.kubeapi import gpucluster
+
+    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host), seed.node("cpu-1"), *seed.gpu_cluster(dynamic_mig=True))
+    deploy = dict((k, v) for k, v in labels_of(kube_api).items() if k.startswith("nvidia.com/gpu.deploy."))
+    assert deploy == dict.fromkeys(gpucluster.STATE_LABELS, "true")
+    assert not any(k.startswith("nvidia.com/gpu.deploy.") for k in labels_of(kube_api, "cpu-1"))
+    owner = kube_api.get("GPUCluster", "gpu-cluster")["metadata"]["uid"]
+    sets = {d["metadata"]["name"]: d for d in kube_api.list("DaemonSet", NS)}
+    assert sorted(sets) == ["nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra", "nvidia-dra-driver-kubelet-plugin"]
+    assert all(d["metadata"]["ownerReferences"][0]["uid"] == owner for d in sets.values())
+    plugin = sets["nvidia-dra-driver-kubelet-plugin"]["spec"]["template"]
+    assert plugin["spec"]["nodeSelector"] == {"nvidia.com/gpu.deploy.dra-driver": "true"}
+    assert plugin["metadata"]["labels"]["app.kubernetes.io/name"] == "nvidia-dra-driver"
+    [pod] = [p for p in kube_api.list("Pod", NS) if p["metadata"]["labels"]["app"] == "nvidia-dra-driver-kubelet-plugin"]
+    assert dra.feature_gates(pod) == {"DynamicMIG=true"}
+    assert kube_api.get("ResourceSlice", "gpu-1-gpu.nvidia.com")["spec"]["nodeName"] == "gpu-1"   # dra.py plays it
+
+    # A pause is honoured: the operator writes "true" only over an absent or empty label.
+    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {"nvidia.com/gpu.deploy.dra-driver": PAUSED,
+                                                             "nvidia.com/gpu.deploy.dcgm-dra": ""}}})
+    assert labels_of(kube_api)["nvidia.com/gpu.deploy.dra-driver"] == PAUSED
+    assert labels_of(kube_api)["nvidia.com/gpu.deploy.dcgm-dra"] == "true"
+    assert sorted(p["metadata"]["labels"]["app"] for p in kube_api.list("Pod", NS)) == [
+        "nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra"]
+    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {"nvidia.com/gpu.deploy.dra-driver": "true"}}})
+    assert len(kube_api.list("Pod", NS)) == 3
+    # Without the GPUCluster its operands go with it (ownerReference cascade).
+    kube_api.delete("GPUCluster", "gpu-cluster")
+    assert kube_api.list("DaemonSet", NS) == []

@@ -146,3 +146,38 @@ def test_pending_resource_claims_of_the_dra_driver_are_demand(kube_api, kube_env
     assert run.returncode == 0, output(run)
     plan = json.loads(plan_file.read_text())
     assert plan["nodes"]["gpu-a"]["layouts"] == [{"gpus": [0], "mig_enabled": True, "devices": {"2g.20gb": 3}}]
+
+
+def test_kueue_workloads_waiting_for_admission_are_demand(kube_api, kube_env, tmp_path):
+    """Kueue holds a job back without pods until its Workload is admitted: a waiting Workload's pod sets are
+    demand (count x the template's requests). An admitted one has its pods, which are counted once, as pods; a
+    Workload that cannot be read is named in a warning and left out."""
+    from tests.support.kubeapi import kueue
+
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet.add("gpu-a", "1xH100-SXM5-80GB")
+    plan_file = tmp_path / "plan.json"
+    files = {"gpuops_mig_plan_file": str(plan_file), "gpuops_mig_plan_vars_file": str(tmp_path / "plan-vars.yml")}
+    broken = kueue.workload("broken", [kueue.pod_set("main", 2, {"nvidia.com/mig-1g.10gb": "half"})])
+    kube_api.seed(kueue.crd(),
+                  kueue.workload("train", [kueue.pod_set("main", 3, {"nvidia.com/mig-1g.10gb": 1})]),
+                  kueue.workload("infer", [kueue.pod_set("main", 1, {"nvidia.com/mig-2g.20gb": 1})], admitted=True),
+                  seed.pod("infer-main-0", limits={"nvidia.com/mig-2g.20gb": 1}, owner=("Job", "infer"),
+                           phase="Pending"),
+                  broken)
+    run = fleet.run("playbooks/plan.yml", files)
+    assert run.returncode == 0, output(run)
+    plan = json.loads(plan_file.read_text())
+    assert plan["nodes"]["gpu-a"]["layouts"] == [
+        {"gpus": [0], "mig_enabled": True, "devices": {"1g.10gb": 3, "2g.20gb": 1}}]
+    demand = dict((row["request"], row["requested"]) for row in plan["report"]["demand"])
+    assert demand == {"1g.10gb": 3, "2g.20gb": 1}, plan["report"]["demand"]
+    assert "Kueue Workload default/job-broken skipped" in run.stdout and "'half'" in run.stdout, output(run)
+    table = (tmp_path / "plan.txt").read_text()
+    assert "Workload default/job-train (pod set main x3)" in json.dumps(plan["report"]) and "job-broken" in table
+
+    # Without Kueue (no CRD) there are no Workloads: the same plan from the pod alone, no error.
+    kube_api.delete("CustomResourceDefinition", kueue.CRD)
+    run = fleet.run("playbooks/plan.yml", files)
+    assert run.returncode == 0, output(run)
+    assert json.loads(plan_file.read_text())["nodes"]["gpu-a"]["layouts"][0]["devices"] == {"2g.20gb": 1}

@@ -14,7 +14,7 @@
 - Pending pods that ask for nvidia.com/ resources are bound to a node with room, and pods
   annotated with a run time finish after it (scheduler.py).
 - While a ClusterPolicy exists, the GPU Operator labels GPU nodes and keeps its
-  operand DaemonSets (operator.py).
+  operand DaemonSets (operator.py); while only a GPUCluster does, its DRA stack's (gpucluster.py).
 
 Each controller writes only when something differs, so repeated passes settle.
 """
@@ -26,7 +26,7 @@ import hashlib
 import json
 import math
 
-from . import allocations, deviceplugin, dra, migmanager, operator, scheduler
+from . import allocations, deviceplugin, dra, gpucluster, migmanager, operator, scheduler
 from .selectors import labels_match, pod_fits_node, selector_requirements
 
 # The DaemonSet controller adds these tolerations to its pods, so cordoned or
@@ -243,5 +243,5 @@ def _expected_from_owners(cluster, namespace, pods):
     return expected
 
 
-ALL = (operator.reconcile, daemonsets, deployments, workloads, disruption_budgets, deviceplugin.reconcile,
+ALL = (operator.reconcile, gpucluster.reconcile, daemonsets, deployments, workloads, disruption_budgets, deviceplugin.reconcile,
        scheduler.reconcile, allocations.reconcile, dra.reconcile, migmanager.reconcile)

@@ -2,8 +2,8 @@
 
 Like the device plugin stand-in (deviceplugin.py) it acts only when its pod **starts** on a node
 linked to a simulated GPU host (annotation kubeapi.test/nvml-state): a pod labelled
-app.kubernetes.io/name=dra-driver-nvidia-gpu (seed.dra_driver) that this module has not seen
-before. Then (reference/gpu-operator.md section 6):
+app.kubernetes.io/name=dra-driver-nvidia-gpu (seed.dra_driver), or nvidia-dra-driver (the GPU Operator's
+for a GPUCluster, gpucluster.py), that this module has not seen before. Then (reference/gpu-operator.md section 6):
 
 - With DynamicMIG=true in its FEATURE_GATES env, it first destroys every MIG device (compute and
   GPU instances) on the host, since it destroys the MIG devices it did not create and it created
@@ -31,6 +31,8 @@ from .deviceplugin import NVML_STATE_ANNOTATION, _simulator
 
 DRIVER = "gpu.nvidia.com"
 POD_LABEL = ("app.kubernetes.io/name", "dra-driver-nvidia-gpu")
+# The same plugin as GPU Operator v26.7 renders it for a GPUCluster (gpucluster.py).
+OPERATOR_POD_LABEL = ("app.kubernetes.io/name", "nvidia-dra-driver")
 
 # cluster -> {node name: uid of the plugin pod whose start was handled}
 _started: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -51,8 +53,8 @@ def feature_gates(pod: dict) -> set:
 
 def reconcile(cluster):
     started = _started.setdefault(cluster, {})
-    key, value = POD_LABEL
-    pods = cluster.list("Pod", label_selector=f"{key}={value}")
+    pods = [p for key, value in (POD_LABEL, OPERATOR_POD_LABEL)
+            for p in cluster.list("Pod", label_selector=f"{key}={value}")]
     if not pods:
         return
     for node in cluster.list("Node"):

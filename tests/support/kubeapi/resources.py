@@ -83,6 +83,8 @@ CATALOG = [
     _r("nvidia.com/v1", "clusterpolicies", "ClusterPolicy", False, "", True, crd="clusterpolicies.nvidia.com"),
     # GPU Operator v26.7's DRA stack (tech preview): another version of the same group.
     _r("nvidia.com/v1alpha1", "gpuclusters", "GPUCluster", False, "", True, crd="gpuclusters.nvidia.com"),
+    # Kueue's queueing unit (kueue.py): v1beta2 is the version its CRD stores.
+    _r("kueue.x-k8s.io/v1beta2", "workloads", "Workload", True, "wl", True, crd="workloads.kueue.x-k8s.io"),
 ]
 
 # Kinds whose metadata.generation counts spec changes (what their controllers compare

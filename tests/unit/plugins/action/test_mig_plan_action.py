@@ -46,6 +46,30 @@ def test_shared_pods_plan_devices_from_their_replicas():
     assert [(d["request"], d["requested"]) for d in result["plan"]["report"]["demand"]] == [("1g.10gb", 2)]
 
 
+WORKLOADS = [
+    {"metadata": {"name": "train", "namespace": "ml"}, "status": {"conditions": [
+        {"type": "QuotaReserved", "status": "False", "reason": "Pending"}]},
+     "spec": {"podSets": [{"name": "main", "count": 2, "template": {"spec": {"containers": [
+         {"name": "c", "resources": {"requests": {"nvidia.com/mig-1g.10gb": "1"}}}]}}}]}},
+    {"metadata": {"name": "broken", "namespace": "ml"},
+     "spec": {"podSets": [{"name": "main", "count": "two", "template": {"spec": {"containers": []}}}]}},
+]
+
+
+def test_workloads_waiting_for_admission_are_demand_and_a_broken_one_a_warning():
+    result = run_action(ActionModule, tagged({"fleet": FLEET, "node_groups": GROUPS, "workloads": WORKLOADS,
+                                              "pods": GOOD_PODS[1:]}))
+    assert not result.get("failed"), result
+    assert [(d["request"], d["requested"]) for d in result["report"]["demand"]] == [("1g.10gb", 2)]
+    warning = ("Kueue Workload ml/broken skipped, its demand is not counted: pod set main: count must be a whole "
+               "number from 0 to 2147483647, got 'two'")
+    assert result["warnings"] == [warning] and result["table"][-1] == "warning: " + warning
+    # Without pods (pods not read) the Workloads are still demand.
+    alone = run_action(ActionModule, tagged({"fleet": FLEET, "node_groups": GROUPS, "workloads": WORKLOADS[:1]}))
+    assert [(d["request"], d["requested"]) for d in alone["report"]["demand"]] == [("1g.10gb", 2)]
+    assert "warnings" not in alone
+
+
 def test_facts_and_groups_from_the_inventory():
     hostvars = tagged(dict((host, {"ansible_facts": {"gpuops_mig": facts}}) for host, facts in FLEET.items()))
     task_vars = {"hostvars": hostvars, "ansible_play_hosts_all": ["a", "b"], "groups": tagged(GROUPS)}
@@ -59,6 +83,7 @@ def test_facts_and_groups_from_the_inventory():
     ({"demand": "1g.10gb"}, "demand must be a mapping of MIG profile to count, or a list of items; got '1g.10gb'"),
     ({"demand": {"1g.10gb": 1}, "pods": "p"}, "pods must be a list of pod manifests"),
     ({"demand": {"1g.10gb": 1}, "pods": [5]}, "pods[0] must be a mapping, got 5"),
+    ({"demand": {"1g.10gb": 1}, "workloads": {"a": 1}}, "workloads must be a list of Kueue Workload manifests"),
     ({"demand": {"1g.10gb": 1}, "policy": "nodes=a"}, "policy must be a mapping (nodes, spare, whole_gpus, "
                                                       "skip_unreachable), got 'nodes=a'"),
     ({"demand": {"1g.10gb": 1}, "hosts": "a,b"}, "hosts must be a list of inventory host names, got 'a,b'"),
@@ -86,6 +111,7 @@ def assert_plan_or_refusal(outcome):
 
 
 ARGS = {"demand": GOOD_DEMAND, "fleet": FLEET, "node_groups": GROUPS, "policy": GOOD_POLICY, "pods": GOOD_PODS,
+        "workloads": WORKLOADS,
         "strategy": "mixed", "exact_limit": 1000, "config_label_prefix": "gpuops-plan", "k8s_node_names": {}}
 
 

@@ -100,9 +100,13 @@ def dra_ds(gates=None, selector=None, args=None):
     (dra_ds("MPSSupport=true,DynamicMIG=false"), True, False),
     (dra_ds(args=["--feature-gates", "DynamicMIG=true"]), True, True),
     (dra_ds("DynamicMIG=true", selector={"dra": "yes"}), False, None),   # not on this node
+    # The GPUCluster's plugin, its deploy label left paused by a run that died: still this node's (repaired).
+    (dra_ds(selector={"nvidia.com/gpu.deploy.dra-driver": "true"}), True, False),
+    (dra_ds(selector={"nvidia.com/gpu.deploy.dra-validator": "true"}), False, None),
 ])
 def test_dra_driver_and_its_dynamic_mig_gate(ds, present, dynamic):
-    view = d.operator_view([], node({"gpu": "yes"}), [ds])["dra"]
+    view = d.operator_view([], node({"gpu": "yes", "nvidia.com/gpu.deploy.dra-driver": "paused-for-mig-change",
+                                     "nvidia.com/gpu.deploy.dra-validator": "false"}), [ds])["dra"]
     assert view["present"] is present
     if present:
         assert view["dynamic_mig"] is dynamic
@@ -486,3 +490,23 @@ def test_a_gpu_cluster_node_gets_a_static_layout_applied_by_the_collection():
         d.decide(info(geometry=True), node(), d.operator_view([], node(), (), [gpu_cluster(True)]), settings())
     # A ClusterPolicy wins (the two may not coexist).
     assert d.operator_view([policy()], node(), (), [gpu_cluster()])["gpu_cluster"] is None
+
+
+def test_a_gpu_cluster_nodes_dra_plugin_and_dcgm_are_paused_the_way_the_operator_assigns_them():
+    """The GPUCluster's operands run where their nvidia.com/gpu.deploy.<component> label is "true"; the operator
+    writes "true" only over an absent or empty label, so paused-for-mig-change holds while the GPUs change."""
+    from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_records as records
+    out = d.decide(info(geometry=True), node(), d.operator_view([], node(), (), [gpu_cluster()]), settings())
+    assert out["operand_components"] == ["dra-driver", "dcgm-dra", "dcgm-exporter-dra"]
+    labels = {"nvidia.com/gpu.deploy.driver": "true", "nvidia.com/gpu.deploy.dra-driver": "true",
+              "nvidia.com/gpu.deploy.dra-validator": "true", "nvidia.com/gpu.deploy.dcgm-dra": "true",
+              "nvidia.com/gpu.deploy.dcgm-exporter-dra": "true"}
+    pause = records.clients_to_pause(labels, ["device-plugin", "dcgm"] + out["operand_components"],
+                                     "nvidia.com/gpu.deploy.", "paused-for-mig-change")
+    # The driver and the DRA validator hold no GPU: they run on.
+    assert pause["operands"] == {"nvidia.com/gpu.deploy.dra-driver": "true", "nvidia.com/gpu.deploy.dcgm-dra": "true",
+                                 "nvidia.com/gpu.deploy.dcgm-exporter-dra": "true"}
+    # Without a GPUCluster (the ClusterPolicy stack, or no operator) nothing more is paused.
+    for view in (d.operator_view([], node()), d.operator_view([policy()], node(), (), [gpu_cluster()])):
+        assert d.decide(info(geometry=True), node(), view, settings(operator_mode="takeover")
+                        )["operand_components"] == []
