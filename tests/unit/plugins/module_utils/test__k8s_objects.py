@@ -109,9 +109,9 @@ def test_read_cluster_never_lists_configmaps():
 DRA_SLICE = {"metadata": {"name": "gpu-1-gpu.nvidia.com", "managedFields": [{}]},
              "spec": {"driver": "gpu.nvidia.com", "nodeName": "gpu-1", "pool": {"name": "gpu-1", "generation": 1},
                       "devices": [{"name": "gpu-0-mig-1g10gb-19-0", "attributes": {"uuid": {"string": "MIG-a"}}}]}}
+DRA_RESULT = {"request": "mig", "driver": "gpu.nvidia.com", "pool": "gpu-1", "device": "gpu-0-mig-1g10gb-19-0"}
 DRA_CLAIM = {"metadata": {"name": "train", "namespace": "ml"},
-             "status": {"allocation": {"devices": {"results": [
-                 {"request": "mig", "driver": "gpu.nvidia.com", "pool": "gpu-1", "device": "gpu-0-mig-1g10gb-19-0"}]}},
+             "status": {"allocation": {"devices": {"results": [DRA_RESULT]}},
                         "reservedFor": [{"resource": "pods", "name": "train-0", "uid": "u1"}]}}
 
 

@@ -18,17 +18,21 @@ def mig_uuids(result):
     return [ci["uuid"] for gi in result["gpus"][0]["devices"] for ci in gi["compute_instances"]]
 
 
+def claim(name, device, pod):
+    """A ResourceClaim allocated one device of the node's pool, reserved for one pod."""
+    result = {"request": "mig", "driver": dra.DRIVER, "pool": NODE, "device": device}
+    return {"metadata": {"name": name, "namespace": "ml"},
+            "status": {"allocation": {"devices": {"results": [result]}},
+                       "reservedFor": [{"resource": "pods", "name": pod, "uid": "uid-" + pod}]}}
+
+
 def claims_map(uuids, pods):
     """What mig_cluster_info returns for the node: its slice publishes the devices, one claim per pod."""
     names = ["gpu-0-mig-3g20gb-2-%d" % (4 * i) for i in range(len(uuids))]
     slices = [{"spec": {"driver": dra.DRIVER, "nodeName": NODE, "pool": {"name": NODE, "generation": 1},
                         "devices": [{"name": n, "attributes": {"type": {"string": "mig"}, "uuid": {"string": u}}}
                                     for n, u in zip(names, uuids)]}}]
-    claims = [{"metadata": {"name": "claim-" + pod, "namespace": "ml"},
-               "status": {"allocation": {"devices": {"results": [
-                   {"request": "mig", "driver": dra.DRIVER, "pool": NODE, "device": names[index]}]}},
-                          "reservedFor": [{"resource": "pods", "name": pod, "uid": "uid-" + pod}]}}
-              for pod, index in pods]
+    claims = [claim("claim-" + pod, names[index], pod) for pod, index in pods]
     return dra.node_allocations(NODE, slices, claims)
 
 
@@ -83,11 +87,7 @@ def test_claims_that_cannot_be_mapped_fall_back_to_the_whole_node_drain_and_say_
     sock = str(tmp_path / "kubelet.sock")
     slices = [{"spec": {"driver": dra.DRIVER, "nodeName": NODE, "pool": {"name": NODE, "generation": 1},
                         "devices": [{"name": "gpu-0-mig-3g20gb-2-0", "attributes": {"uuid": {"string": first}}}]}}]
-    gone = {"metadata": {"name": "claim-x", "namespace": "ml"},
-            "status": {"allocation": {"devices": {"results": [
-                {"request": "mig", "driver": dra.DRIVER, "pool": NODE, "device": "gpu-0-mig-3g20gb-2-4"}]}},
-                       "reservedFor": [{"resource": "pods", "name": "x", "uid": "u"}]}}
-    bad = dra.node_allocations(NODE, slices, [gone])
+    bad = dra.node_allocations(NODE, slices, [claim("claim-x", "gpu-0-mig-3g20gb-2-4", "x")])
     with PodResourcesServer(sock, lambda: []):
         info = run_module(mig_node_info, {"layouts": SEVEN, "pod_resources_socket": sock, "dra_allocations": bad})
     assert info["allocations"] is None and info["allocations_source"] is None and info["evictions"] is None
