@@ -169,12 +169,15 @@ def publish(cluster, node, path):
 
 def allocate_claims(cluster):
     """Allocate, reserve, release and check the ResourceClaims of pods on nodes with this driver's slice."""
+    claims = cluster.list("ResourceClaim")
+    if not claims:
+        return
     claimed = _claimed.setdefault(cluster, {})
     slices = dict((sl["spec"].get("nodeName"), sl) for sl in cluster.list("ResourceSlice")
                   if (sl.get("spec") or {}).get("driver") == DRIVER)
     active = dict((p["metadata"]["uid"], p) for p in cluster.list("Pod")
                   if (p.get("status") or {}).get("phase") not in _TERMINAL)
-    for claim in cluster.list("ResourceClaim"):
+    for claim in claims:
         status = dict(claim.get("status") or {})
         reserved = [r for r in status.get("reservedFor") or [] if r.get("uid") in active]
         if reserved != (status.get("reservedFor") or []):
