@@ -48,6 +48,7 @@ ARGUMENT_SPEC = dict(
     cordoned_annotation=dict(type="str", default=k8s_objects.ANNOTATION_CORDONED),
     restore=dict(type="dict"),
     lease=dict(type="dict"),
+    dra_allocations=dict(type="dict"),
     preflight=dict(type="dict", options=dict(
         require_mig_capable=dict(type="bool", default=True),
         min_driver_versions=dict(type="list", elements="dict", default=[]),
@@ -277,6 +278,8 @@ class ActionModule(ActionBase):
                          force=args["force"], pod_resources_socket=args["pod_resources_socket"],
                          # Outside Kubernetes no kubelet holds devices: nothing to ask.
                          read_allocations=bool(args["read_allocations"] and args["kubernetes"]))
+        if read_args["read_allocations"] and args["dra_allocations"] is not None:   # the node's ResourceClaims
+            read_args["dra_allocations"] = args["dra_allocations"]
         if not args["kubernetes"]:      # a Kubernetes node keeps its owed record on the Node
             read_args["owed_file"] = args["owed_file"]
         if checks.get("container_toolkit_command"):

@@ -29,4 +29,17 @@ options:
       - The kubelet's PodResources socket (a kubelet with another C(--root-dir) has it under that directory).
     type: path
     default: /var/lib/kubelet/pod-resources/kubelet.sock
+  dra_allocations:
+    description:
+      - Where NVIDIA's DRA driver (C(gpu.nvidia.com)) serves the node, which pod holds which device according to
+        the ResourceClaims allocated there, as M(gpuops.mig.mig_cluster_info) returns it for the node in
+        RV(gpuops.mig.mig_cluster_info#module:dra_allocations) (C(allocations), C(allocations_source),
+        C(allocations_error)). The controller reads it, so the host needs no access to the Kubernetes API.
+      - It joins the kubelet's answer (RV(allocations_source) V(podresources+dra)), or stands alone where the
+        kubelet cannot be read (V(dra)). When it says the claims could not be mapped to devices
+        (C(allocations) null), the whole map is unknown, RV(allocations) is null and RV(allocations_error)
+        gives that reason.
+      - Leave it out on a node the DRA driver does not serve. Only with O(read_allocations).
+    type: dict
+    version_added: 0.2.0
 """

@@ -29,6 +29,7 @@ from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
     PYNVML_IMPORT_ERROR,
     Nvml,
 )
+from ansible_collections.gpuops.mig.plugins.module_utils._dra_claims import merge as merge_allocations
 from ansible_collections.gpuops.mig.plugins.module_utils._podresources import DEFAULT_SOCKET, read_allocations
 
 # Paired with the doc fragment gpuops.mig._gpu_selection.
@@ -55,16 +56,18 @@ CONFIG_SOURCE_EXCLUSIVE = [("config", "config_file", "layouts")]
 POD_RESOURCES_ARG_SPEC = dict(
     read_allocations=dict(type="bool", default=True),
     pod_resources_socket=dict(type="path", default=DEFAULT_SOCKET),
+    dra_allocations=dict(type="dict"),
 )
 
 
 def allocations_of(module: AnsibleModule) -> dict[str, Any]:
-    """Which pods hold which devices, per the module's read_allocations and pod_resources_socket options:
-    ``{"allocations", "allocations_source", "allocations_error"}`` (see _podresources.read_allocations)."""
+    """Which pods hold which devices, per the module's read_allocations, pod_resources_socket and dra_allocations
+    options: ``{"allocations", "allocations_source", "allocations_error"}`` (see _podresources.read_allocations;
+    the DRA driver's claims join the kubelet's answer, _dra_claims.merge)."""
     if not module.params["read_allocations"]:
         return {"allocations": None, "allocations_source": None,
                 "allocations_error": "not read (read_allocations is false)"}
-    return read_allocations(module.params["pod_resources_socket"])
+    return merge_allocations(read_allocations(module.params["pod_resources_socket"]), module.params.get("dra_allocations"))
 
 
 # What missing_required_lib() adds to its message when the host's Python cannot import pynvml.

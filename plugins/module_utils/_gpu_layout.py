@@ -897,8 +897,11 @@ def _device_text(geometry, gi, ci):
 
 
 def describe_holder(name):
-    """A ``namespace/pod/container`` holder of a device in words: ``pod ns/name (container c)``."""
+    """A ``namespace/pod/container`` holder of a device in words: ``pod ns/name (container c)``; ``pod ns/name``
+    for a ``namespace/pod`` holder (a DRA claim's, which belongs to the pod)."""
     namespace, pod, container = (name.split("/", 2) + ["", ""])[:3]
+    if not container:
+        return "pod %s/%s" % (namespace, pod)
     return "pod %s/%s (container %s)" % (namespace, pod, container)
 
 

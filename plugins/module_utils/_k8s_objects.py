@@ -15,6 +15,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Iterable, Mapping, Sequence
 
+from ansible_collections.gpuops.mig.plugins.module_utils import _dra_claims as dra_claims
+
 # The node label protocol shared with the GPU Operator's mig-manager (NVIDIA/mig-parted), and the marks this
 # collection leaves on Kubernetes objects: one home for each name (roles/mig_node/vars/main.yml repeats them for
 # the role's tasks; tests/unit/plugins/plugin_utils/test__role_contract.py holds the two together).
@@ -48,6 +50,7 @@ CLUSTER_READ_OPTIONS = dict(
     operator_config_nodes=dict(type="list", elements="str", default=[]),
     leases=dict(type="list", elements="str", default=[]),
     lease_namespace=dict(type="str", default="default"),
+    dra_nodes=dict(type="list", elements="str", default=[]),
 )
 
 
@@ -118,8 +121,9 @@ def configmaps_to_read(requested: Iterable[Mapping[str, str]], cluster_policies:
 def read_cluster(service: Any, params: Mapping[str, Any]) -> dict[str, Any]:
     """What gpuops.mig.mig_cluster_info returns, read through a kubernetes.core K8sService."""
     def find(kind: str, api_version: str, namespace: str | None = None, keep_status: bool = True,
-             name: str | None = None) -> list[dict[str, Any]]:
-        found = service.find(kind, api_version, name=name, namespace=namespace)["resources"]
+             name: str | None = None, field_selectors: list[str] | None = None) -> list[dict[str, Any]]:
+        selectors = {"field_selectors": field_selectors} if field_selectors else {}
+        found = service.find(kind, api_version, name=name, namespace=namespace, **selectors)["resources"]
         return [trimmed(obj, keep_status) for obj in found]
 
     # What was not read is left out rather than returned empty: no ClusterPolicy read is not "no GPU Operator"
@@ -140,8 +144,28 @@ def read_cluster(service: Any, params: Mapping[str, Any]) -> dict[str, Any]:
                                 params["operator_config_nodes"])
     for namespace, names in wanted.items():
         result["configmaps"][namespace] = [cm for name in names for cm in find("ConfigMap", "v1", namespace, name=name)]
+    if params.get("dra_nodes"):
+        # With the DaemonSets read and none of them NVIDIA's DRA kubelet plugin, a cluster whose API refuses the
+        # slices (RBAC without resource.k8s.io) is one without the driver.
+        no_driver = "daemonsets" in result and not result["daemonsets"]
+        result["dra_allocations"] = dra_allocations(find, params["dra_nodes"], no_driver)
     # The nodes' leases by name (gpuops.mig.mig_node_lease): one a run that died left behind is released.
     result["leases"] = dict((lease["metadata"]["name"], lease) for name in params.get("leases") or ()
                             for lease in find("Lease", "coordination.k8s.io/v1", params.get("lease_namespace") or "default",
                                               name=name))
     return result
+
+
+def dra_allocations(find: Any, node_names: Sequence[str], no_driver: bool = False) -> dict[str, Any]:
+    """{node: _dra_claims.node_allocations} for each of node_names NVIDIA's DRA driver serves: which pod holds
+    which device there, from the ResourceClaims, returned as that map only (the claims themselves stay here).
+    When the API does not give them (RBAC, a timeout), each node says why, and its rollout drains the whole
+    node, unless no_driver (no DaemonSet runs the driver's kubelet plugin). A cluster that serves no
+    resource.k8s.io/v1 reads as one without the driver."""
+    try:
+        slices = find("ResourceSlice", dra_claims.API_VERSION, field_selectors=["spec.driver=" + dra_claims.DRIVER])
+        claims = find("ResourceClaim", dra_claims.API_VERSION)
+    except Exception as e:  # pylint: disable=broad-except  # kubernetes.core's CoreException, not importable here
+        return {} if no_driver else dict((node, dra_claims.unreadable(node, e)) for node in node_names)
+    found = dict((node, dra_claims.node_allocations(node, slices, claims)) for node in node_names)
+    return dict((node, answer) for node, answer in found.items() if answer is not None)

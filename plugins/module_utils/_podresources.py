@@ -73,7 +73,10 @@ def allocations_from(answer):
 
 
 def holder(allocation):
-    """One holder as ``namespace/pod/container`` (what ComputeInstance.pods carries)."""
+    """One holder as ``namespace/pod/container`` (what ComputeInstance.pods carries); ``namespace/pod`` for a
+    DRA claim's, which belongs to the pod (_dra_claims)."""
+    if not allocation.get("container"):
+        return "%s/%s" % (allocation["namespace"], allocation["pod"])
     return "%s/%s/%s" % (allocation["namespace"], allocation["pod"], allocation["container"])
 
 

@@ -103,6 +103,16 @@ options:
     description: The namespace of O(leases).
     type: str
     default: default
+  dra_nodes:
+    description:
+      - Nodes for which to map, where NVIDIA's DRA driver (C(gpu.nvidia.com)) serves them, which pod holds which
+        device, from the ResourceClaims allocated there and the node's ResourceSlices (C(resource.k8s.io/v1)),
+        returned in RV(dra_allocations). The ResourceSlices of the driver and the ResourceClaims are listed once
+        per run; a cluster that does not serve C(resource.k8s.io/v1) reads as one without the driver.
+    type: list
+    elements: str
+    default: []
+    version_added: 0.2.0
 """
 
 EXAMPLES = r"""
@@ -167,6 +177,21 @@ leases:
   description: The Leases of O(leases) that exist, by name.
   returned: always
   type: dict
+dra_allocations:
+  description:
+    - By node of O(dra_nodes) that NVIDIA's DRA driver serves (a ResourceSlice of C(gpu.nvidia.com) names it),
+      which pod holds which device, as M(gpuops.mig.mig_node_info) takes it in its C(dra_allocations) option
+      C(allocations) (one item per device of a ResourceClaim allocated there and pod the claim is reserved for,
+      with C(device_uuid) from the device's C(uuid) attribute, C(namespace), C(pod), C(pod_uid), C(claim),
+      C(request), C(device)), C(allocations_source) (V(dra)) and C(allocations_error).
+    - Where the claims cannot be mapped (a result naming a device no ResourceSlice of the node publishes, a
+      device without a C(uuid), a claim reserved for something other than a pod, a malformed object), or the
+      API does not give the slices or claims, C(allocations) is null and C(allocations_error) names the node, the
+      claim and the device. The rollout then drains the whole node.
+    - The claims themselves are not returned.
+  returned: with O(dra_nodes)
+  type: dict
+  version_added: 0.2.0
 """
 
 from ansible_collections.kubernetes.core.plugins.module_utils.ansiblemodule import AnsibleModule

@@ -24,7 +24,8 @@ description:
   - A MIG device the kubelet allocated to a pod (O(read_allocations)) counts as busy too, even with no process
     on it; without O(force=true) the module fails before any change, naming the GPU, the device's UUID, and
     the pod (namespace/name) and container that hold it. When the kubelet's allocations cannot be read (no
-    kubelet, no C(grpcio)) only processes count, as before, and RV(allocations_error) says why.
+    kubelet, no C(grpcio)) only processes count, as before, and RV(allocations_error) says why. On a node
+    NVIDIA's DRA driver serves, the devices of the ResourceClaims given in O(dra_allocations) count the same way.
   - An NVML failure part-way leaves no half-made MIG device. A new GPU instance whose compute instances cannot
     all be created is destroyed again; a GPU instance that cannot be destroyed, or whose compute instances
     cannot be changed, gets back the compute instances already destroyed, at the same profiles and placements
@@ -146,7 +147,7 @@ allocations:
   type: list
   elements: dict
 allocations_source:
-  description: V(podresources), or null when RV(allocations) was not read.
+  description: V(podresources), V(podresources+dra) or V(dra) (see O(dra_allocations)), or null when RV(allocations) was not read.
   returned: always
   type: str
 allocations_error:

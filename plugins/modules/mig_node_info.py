@@ -111,6 +111,9 @@ allocations:
       or C(GPU-...), without a time-slicing replica suffix), C(namespace), C(pod), C(container) and
       C(resource) (for example C(nvidia.com/mig-1g.10gb)). A container holding several replicas of one device
       appears once per replica.
+    - On a node NVIDIA's DRA driver serves (O(dra_allocations)), one item per device of a ResourceClaim and pod it
+      is reserved for, with C(resource) V(gpu.nvidia.com), an empty C(container) (a claim is the pod's), and
+      C(pod_uid), C(claim), C(request) and C(device) (the device's name in its ResourceSlice).
     - Null when the kubelet's PodResources API was not read (see RV(allocations_error)); an empty list when it
       was read and no pod holds an NVIDIA device.
   returned: always
@@ -120,13 +123,17 @@ allocations:
     - {device_uuid: MIG-5c89e4e5-2f2a-5b2c-9d4e-0d0b1c3f6a11, namespace: ml, pod: train-0, container: main,
        resource: nvidia.com/mig-1g.10gb}
 allocations_source:
-  description: V(podresources) when RV(allocations) was read from the kubelet; else null.
+  description:
+    - Where RV(allocations) came from; V(podresources) (the kubelet), V(podresources+dra) (the kubelet and the
+      DRA driver's ResourceClaims, O(dra_allocations)), V(dra) (the claims alone, the kubelet being unreadable);
+      null when it is unknown.
   returned: always
   type: str
 allocations_error:
   description:
     - Null when RV(allocations) was read; else why not, as a sentence (no socket, refused, no answer in time,
-      an answer that does not decode, no C(grpcio) on the host, or O(read_allocations=false)).
+      an answer that does not decode, no C(grpcio) on the host, O(read_allocations=false), or DRA claims that
+      cannot be mapped to devices, O(dra_allocations)).
   returned: always
   type: str
 container_toolkit:

@@ -196,6 +196,14 @@ options:
       - The node's Lease (C(gpuops-mig-<node>), as M(gpuops.mig.mig_cluster_info) reads it), if any. One whose
         holder stopped renewing it is released by this run (the decision's C(steady_work) has C(lease)).
     type: dict
+  dra_allocations:
+    description:
+      - Where NVIDIA's DRA driver serves the node, which pod holds which device from its ResourceClaims, as
+        M(gpuops.mig.mig_cluster_info) returns it for the node (RV(gpuops.mig.mig_cluster_info#module:dra_allocations));
+        handed to M(gpuops.mig.mig_node_info), where it joins the kubelet's answer. Only with Kubernetes and
+        C(mig_node_read_allocations).
+    type: dict
+    version_added: 0.2.0
   owed_file:
     description:
       - On a host outside Kubernetes, the file in which a rollout records what it must put back; a record left

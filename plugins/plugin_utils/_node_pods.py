@@ -34,15 +34,20 @@ def uses_gpu(pod):
     return False
 
 
+def uses_claims(pod):
+    """Whether the pod uses ResourceClaims (DRA): through NVIDIA's DRA driver they may hold GPUs or MIG devices."""
+    return bool(((pod or {}).get("spec") or {}).get("resourceClaims"))
+
+
 def pods_to_evict(pods, gpu_pods_only, evict_label):
     """The pods a whole-node drain evicts (every pod but DaemonSet and mirror pods; with gpu_pods_only only
-    those that use GPUs), as patches that give each the label evict_label=true (k8s_drain then evicts
-    exactly the labelled ones, through the Eviction API)."""
+    those that use GPUs, or ResourceClaims, which may be for GPUs), as patches that give each the label
+    evict_label=true (k8s_drain then evicts exactly the labelled ones, through the Eviction API)."""
     chosen = []
     for pod in pods or ():
         owners = [ref.get("kind") for ref in _meta(pod).get("ownerReferences") or []]
         mirror = "kubernetes.io/config.mirror" in (_meta(pod).get("annotations") or {})
-        if "DaemonSet" in owners or mirror or (gpu_pods_only and not uses_gpu(pod)):
+        if "DaemonSet" in owners or mirror or (gpu_pods_only and not (uses_gpu(pod) or uses_claims(pod))):
             continue
         chosen.append(_ref(pod, {evict_label: "true"}))
     return chosen

@@ -15,7 +15,7 @@ from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 import gpuops_mig_sim as sim
 from tests.integration.test_kubeapi import run_tasks
-from tests.support.kubeapi import dra, migmanager, seed
+from tests.support.kubeapi import allocations, dra, migmanager, seed
 
 GPU = {"nvidia.com/gpu.present": "true"}
 DP, GFD = "nvidia.com/gpu.deploy.device-plugin", "nvidia.com/gpu.deploy.gpu-feature-discovery"
@@ -512,6 +512,33 @@ def test_seed_config_map_holds_the_mig_parted_config():
     assert policy["spec"]["migManager"]["enabled"] is False and policy["spec"]["devicePlugin"]["enabled"] is False
     assert policy["status"]["namespace"] == "ops"
     assert os.path.basename(migmanager.SIM_BIN) == "sim-bin"
+
+
+def test_dra_claims_of_bound_pods_are_allocated_released_and_fail_their_pod_when_the_device_goes(kube_api, host, idle):
+    assert migmanager.apply_config(host, seed.DEFAULT_MIG_PARTED_CONFIG, "all-3g.20gb")[0] == 0
+    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host), *seed.dra_driver(),
+                  *[seed.resource_claim("c%d" % i, namespace="ml", profile="3g.20gb") for i in range(3)],
+                  seed.resource_claim("whole", namespace="ml", device_class="gpu.nvidia.com"),
+                  *[seed.pod("p%d" % i, node="gpu-1", namespace="ml", claims=["c%d" % i]) for i in range(3)],
+                  seed.pod("w", node="gpu-1", namespace="ml", claims=["whole"]))
+    names = [d["name"] for d in kube_api.get("ResourceSlice", "gpu-1-gpu.nvidia.com")["spec"]["devices"]]
+    claims = dict((c["metadata"]["name"], c.get("status") or {}) for c in kube_api.list("ResourceClaim", "ml"))
+    for i, name in enumerate(names):          # one device each, in slice order, reserved for its pod
+        [result] = claims["c%d" % i]["allocation"]["devices"]["results"]
+        assert result == {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "gpu-1", "device": name}
+        assert claims["c%d" % i]["reservedFor"] == [
+            {"resource": "pods", "name": "p%d" % i, "uid": kube_api.get("Pod", "p%d" % i, "ml")["metadata"]["uid"]}]
+        assert claims["c%d" % i]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] \
+            == ["gpu-1"]
+    assert "allocation" not in claims["c2"] and "allocation" not in claims["whole"]   # two 3g.20gb only; no whole GPU
+    kube_api.delete("Pod", "p0", "ml")
+    assert kube_api.get("ResourceClaim", "c0", "ml")["status"] == {"reservedFor": []}
+    assert kube_api.get("ResourceClaim", "c2", "ml")["status"]["allocation"]["devices"]["results"][0]["device"] == names[0]
+    # The device under p1 destroyed: p1 fails, naming it; p2 (on the other) runs on.
+    assert migmanager.apply_config(host, seed.DEFAULT_MIG_PARTED_CONFIG, "all-1g.5gb")[0] == 0
+    allocations.sync(kube_api)
+    p1 = kube_api.get("Pod", "p1", "ml")["status"]
+    assert p1["phase"] == "Failed" and p1["reason"] == "DeviceDestroyed" and names[1] in p1["message"]
 
 
 # ----- GPUCluster (GPU Operator v26.7's DRA stack) -----------------------------------------------------------

@@ -17,9 +17,31 @@ for a GPUCluster, gpucluster.py), that this module has not seen before. Then (re
   devices is published as nothing. The slice is owned by the Node.
 
 The GPUs are read only at pod start (static MIG), so a slice stays stale after a MIG change until
-the pod is replaced. Not emulated: dynamic-MIG placements and shared counters, claims and
-preparation, ComputeDomains, the other attributes and capacities, and slice removal when the
-plugin stops.
+the pod is replaced.
+
+ResourceClaims (`allocate_claims`), as the scheduler's DRA plugin and the resourceclaim controller
+(kubernetes/kubernetes pkg/scheduler/framework/plugins/dynamicresources, pkg/controller/resourceclaim)
+leave them, on every reconcile pass:
+
+- A pod bound to a node this module published a slice for, not Succeeded or Failed, gets each claim its
+  spec.resourceClaims names by resourceClaimName (in its namespace) allocated on that node, if it is
+  not yet: per request of spec.devices.requests (`exactly`: deviceClassName gpu.nvidia.com or
+  mig.nvidia.com, count, default 1), devices of the node's slice of that type that no other claim
+  holds, in slice order, whose attributes match the selectors. A selector is read only in the form
+  `device.attributes['gpu.nvidia.com'].<name> == '<value>'` (joined by &&); any other CEL expression
+  matches nothing. status.allocation gets devices.results (request, driver, pool, device) and a
+  nodeSelector on the node's name; status.reservedFor the pod (resource pods, name, uid). A claim
+  already allocated on the node is only reserved for the pod too. Too few free devices: the claim
+  stays unallocated (the real scheduler would not have bound the pod).
+- A pod deleted or terminal leaves reservedFor; a claim reserved for nobody is deallocated.
+- A claim's device whose UUID (its slice's uuid attribute when allocated) is gone from the simulated
+  host marks the pods it is reserved for Failed, reason DeviceDestroyed, as allocations.py does for
+  the device plugin.
+
+Not emulated: dynamic-MIG placements and shared counters, ResourceClaimTemplates, firstAvailable,
+adminAccess, allocation modes other than ExactCount, CEL beyond the form above, preparation and CDI,
+the pod waiting for its claims (pods run whether or not their claims are allocated), ComputeDomains,
+the other attributes and capacities, and slice removal when the plugin stops.
 """
 
 from __future__ import annotations
@@ -27,6 +49,7 @@ from __future__ import annotations
 import re
 import weakref
 
+from . import allocations
 from .deviceplugin import NVML_STATE_ANNOTATION, _simulator
 
 DRIVER = "gpu.nvidia.com"
@@ -51,7 +74,19 @@ def feature_gates(pod: dict) -> set:
     return gates
 
 
+# cluster -> {claim uid: {device name: UUID when allocated}}
+_claimed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_TERMINAL = ("Succeeded", "Failed")
+_TYPE_OF_CLASS = {"gpu.nvidia.com": "gpu", "mig.nvidia.com": "mig"}
+_SELECTOR = re.compile(r"""^device\.attributes\[['"]gpu\.nvidia\.com['"]\]\.(\w+)\s*==\s*['"]([^'"]*)['"]$""")
+
+
 def reconcile(cluster):
+    _start_plugins(cluster)
+    allocate_claims(cluster)
+
+
+def _start_plugins(cluster):
     started = _started.setdefault(cluster, {})
     pods = [p for key, value in (POD_LABEL, OPERATOR_POD_LABEL)
             for p in cluster.list("Pod", label_selector=f"{key}={value}")]
@@ -132,3 +167,120 @@ def publish(cluster, node, path):
     else:
         manifest["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         cluster.replace(manifest)
+
+
+def allocate_claims(cluster):
+    """Allocate, reserve, release and check the ResourceClaims of pods on nodes with this driver's slice."""
+    claims = cluster.list("ResourceClaim")
+    if not claims:
+        return
+    claimed = _claimed.setdefault(cluster, {})
+    slices = dict((sl["spec"].get("nodeName"), sl) for sl in cluster.list("ResourceSlice")
+                  if (sl.get("spec") or {}).get("driver") == DRIVER)
+    active = dict((p["metadata"]["uid"], p) for p in cluster.list("Pod")
+                  if (p.get("status") or {}).get("phase") not in _TERMINAL)
+    for claim in claims:
+        status = dict(claim.get("status") or {})
+        reserved = [r for r in status.get("reservedFor") or [] if r.get("uid") in active]
+        if reserved != (status.get("reservedFor") or []):
+            status["reservedFor"] = reserved
+            if not reserved:
+                status.pop("allocation", None)
+                claimed.pop(claim["metadata"]["uid"], None)
+            cluster.set_status("ResourceClaim", claim["metadata"]["name"], status, claim["metadata"]["namespace"])
+    for pod in active.values():
+        node = (pod.get("spec") or {}).get("nodeName")
+        for ref in (pod.get("spec") or {}).get("resourceClaims") or []:
+            name = ref.get("resourceClaimName")
+            claim = cluster.find("ResourceClaim", name, pod["metadata"]["namespace"]) if name else None
+            if claim is not None and node in slices:
+                _reserve(cluster, claimed, claim, pod, node, slices[node])
+    _check_devices(cluster, claimed)
+
+
+def _reserve(cluster, claimed, claim, pod, node, resource_slice):
+    status = dict(claim.get("status") or {})
+    consumer = {"resource": "pods", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}
+    if consumer in (status.get("reservedFor") or []):
+        return
+    if not status.get("allocation"):
+        results = _allocate(cluster, claim, node, resource_slice)
+        if results is None:
+            return
+        by_name = dict((d["name"], d) for d in resource_slice["spec"]["devices"])
+        claimed[claim["metadata"]["uid"]] = dict(
+            (r["device"], ((by_name[r["device"]].get("attributes") or {}).get("uuid") or {}).get("string"))
+            for r in results)
+        status["allocation"] = {"devices": {"results": results}, "nodeSelector": {"nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}
+    elif not _allocated_on(status, node):
+        return        # allocated on another node: the pod could not have been bound here
+    status["reservedFor"] = list(status.get("reservedFor") or []) + [consumer]
+    cluster.set_status("ResourceClaim", claim["metadata"]["name"], status, claim["metadata"]["namespace"])
+
+
+def _allocated_on(status, node):
+    terms = ((status.get("allocation") or {}).get("nodeSelector") or {}).get("nodeSelectorTerms") or []
+    return any(node in (f.get("values") or []) for t in terms for f in t.get("matchFields") or [])
+
+
+def _allocate(cluster, claim, node, resource_slice):
+    """The results for the claim's requests from the node's free devices; None when they do not fit."""
+    taken = set()
+    for other in cluster.list("ResourceClaim"):
+        for result in (((other.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []:
+            if result.get("driver") == DRIVER and result.get("pool") == node:
+                taken.add(result.get("device"))
+    results = []
+    for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
+        exactly = request.get("exactly") or {}
+        wanted_type = _TYPE_OF_CLASS.get(exactly.get("deviceClassName"))
+        count = int(exactly.get("count") or 1)
+        free = [d for d in resource_slice["spec"]["devices"] if d["name"] not in taken
+                and _attribute(d, "type") == wanted_type and _selected(d, exactly.get("selectors") or [])]
+        if wanted_type is None or (exactly.get("allocationMode") or "ExactCount") != "ExactCount" or len(free) < count:
+            return None
+        for device in free[:count]:
+            taken.add(device["name"])
+            results.append({"request": request.get("name"), "driver": DRIVER, "pool": node, "device": device["name"]})
+    return results
+
+
+def _attribute(device, name):
+    value = (device.get("attributes") or {}).get(name) or {}
+    return value.get("string", value.get("version"))
+
+
+def _selected(device, selectors):
+    for selector in selectors:
+        expression = ((selector or {}).get("cel") or {}).get("expression") or ""
+        for term in expression.split("&&"):
+            match = _SELECTOR.match(term.strip())
+            if not match or _attribute(device, match.group(1)) != match.group(2):
+                return False
+    return True
+
+
+def _check_devices(cluster, claimed):
+    """Pods whose claimed device is gone from the simulated host fail (allocations.DEVICE_DESTROYED)."""
+    nodes = dict((n["metadata"]["name"], (n["metadata"].get("annotations") or {}).get(NVML_STATE_ANNOTATION))
+                 for n in cluster.list("Node"))
+    present = {}
+    for claim in cluster.list("ResourceClaim"):
+        held = claimed.get(claim["metadata"]["uid"]) or {}
+        results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+        for result in results:
+            path = nodes.get(result.get("pool"))
+            uuid = held.get(result.get("device"))
+            if not path or not uuid:
+                continue
+            if path not in present:
+                present[path] = allocations.host_uuids(_simulator()[0].load_state(path))
+            if uuid in present[path]:
+                continue
+            for consumer in (claim.get("status") or {}).get("reservedFor") or []:
+                pod = cluster.find("Pod", consumer.get("name"), claim["metadata"]["namespace"])
+                if pod is not None and (pod.get("status") or {}).get("phase") not in _TERMINAL:
+                    allocations._fail(cluster, pod, allocations.DEVICE_DESTROYED,  # pylint: disable=protected-access
+                                      "device %s (%s) of claim %s was destroyed while the pod ran"
+                                      % (result.get("device"), uuid, claim["metadata"]["name"]))

@@ -54,9 +54,10 @@ def node(name: str, labels: dict | None = None, *, unschedulable: bool = False, 
 
 def pod(name: str, *, node: str | None = None, namespace: str = "default", labels: dict | None = None,
         owner: tuple | None = None, emptydir: bool = False, phase: str | None = None,
-        limits: dict | None = None) -> dict:
+        limits: dict | None = None, claims: list | None = None) -> dict:
     """A pod bound to `node`. owner=("ReplicaSet", "web-7d9f") makes it controller-owned;
-    `limits` such as {"nvidia.com/gpu": 1} become the container's resource limits."""
+    `limits` such as {"nvidia.com/gpu": 1} become the container's resource limits; `claims` names
+    ResourceClaims (resourceClaimName) its container uses (see resource_claim)."""
     container = {"name": "main", "image": "registry.example/app:1"}
     if limits:
         container["resources"] = {"limits": {k: str(v) for k, v in limits.items()}}
@@ -65,6 +66,10 @@ def pod(name: str, *, node: str | None = None, namespace: str = "default", label
         "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {})},
         "spec": {"containers": [container]},
     }
+    if claims:
+        manifest["spec"]["resourceClaims"] = [{"name": "c%d" % i, "resourceClaimName": claim}
+                                              for i, claim in enumerate(claims)]
+        container.setdefault("resources", {})["claims"] = [{"name": "c%d" % i} for i in range(len(claims))]
     if node:
         manifest["spec"]["nodeName"] = node
     if owner:
@@ -245,6 +250,19 @@ def gpu_cluster(namespace: str = "gpu-operator", *, dynamic_mig: bool = False) -
 
 DRA_DRIVER = "gpu.nvidia.com"
 DRA_POD_LABEL = {"app.kubernetes.io/name": "dra-driver-nvidia-gpu"}
+
+
+def resource_claim(name: str, *, namespace: str = "default", device_class: str = "mig.nvidia.com", count: int = 1,
+                   profile: str | None = None) -> dict:
+    """A ResourceClaim (resource.k8s.io/v1) with one request `gpu` for `count` devices of the DeviceClass
+    (seed.dra_driver's mig.nvidia.com or gpu.nvidia.com), with `profile` as a CEL selector on the MIG
+    profile. The emulator's dra.py allocates it when a pod using it is bound to a node."""
+    exactly = {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}
+    if profile:
+        exactly["selectors"] = [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == '%s'" % profile}}]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}}
 
 
 def dra_driver(namespace: str = "nvidia-dra-driver-gpu", *, dynamic_mig: bool = False,

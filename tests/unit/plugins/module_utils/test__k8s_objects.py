@@ -54,8 +54,10 @@ class Found:
     def __init__(self, objects):
         self.objects, self.asked = objects, []
 
-    def find(self, kind, api_version, name=None, namespace=None):
-        self.asked.append((kind, namespace, name))
+    def find(self, kind, api_version, name=None, namespace=None, field_selectors=()):
+        self.asked.append((kind, namespace, name) + ((tuple(field_selectors),) if field_selectors else ()))
+        if isinstance(self.objects.get(kind), Exception):
+            raise self.objects[kind]
         return {"resources": [o for o in self.objects.get(kind, []) if namespace in (None, o["metadata"].get("namespace"))
                               and name in (None, o["metadata"]["name"])]}
 
@@ -102,3 +104,35 @@ def test_read_cluster_never_lists_configmaps():
     assert read["configmaps"] == {"gpu-operator": [{"metadata": {"name": "gpu-1-mig-config", "namespace": "gpu-operator"}}],
                                   "kube-system": []}
     assert all(name for kind, _namespace, name in service.asked if kind == "ConfigMap")
+
+
+DRA_SLICE = {"metadata": {"name": "gpu-1-gpu.nvidia.com", "managedFields": [{}]},
+             "spec": {"driver": "gpu.nvidia.com", "nodeName": "gpu-1", "pool": {"name": "gpu-1", "generation": 1},
+                      "devices": [{"name": "gpu-0-mig-1g10gb-19-0", "attributes": {"uuid": {"string": "MIG-a"}}}]}}
+DRA_RESULT = {"request": "mig", "driver": "gpu.nvidia.com", "pool": "gpu-1", "device": "gpu-0-mig-1g10gb-19-0"}
+DRA_CLAIM = {"metadata": {"name": "train", "namespace": "ml"},
+             "status": {"allocation": {"devices": {"results": [DRA_RESULT]}},
+                        "reservedFor": [{"resource": "pods", "name": "train-0", "uid": "u1"}]}}
+
+
+def test_read_cluster_maps_the_dra_claims_of_the_nodes_the_driver_serves():
+    service = Found({"ResourceSlice": [DRA_SLICE], "ResourceClaim": [DRA_CLAIM]})
+    read = k8s.read_cluster(service, read_params(operator=False, nodes=False, dra_nodes=["gpu-1", "gpu-2"]))
+    assert list(read["dra_allocations"]) == ["gpu-1"]      # gpu-2: no slice, no claim there
+    assert [(a["device_uuid"], a["pod"]) for a in read["dra_allocations"]["gpu-1"]["allocations"]] == [("MIG-a", "train-0")]
+    assert ("ResourceSlice", None, None, ("spec.driver=gpu.nvidia.com",)) in service.asked
+    assert "dra_allocations" not in k8s.read_cluster(Found({}), read_params(operator=False, nodes=False))
+
+
+def test_read_cluster_says_why_when_the_api_refuses_the_claims():
+    refused = RuntimeError("Forbidden: resourceclaims.resource.k8s.io is forbidden")
+    service = Found({"ResourceSlice": [DRA_SLICE], "ResourceClaim": refused})
+    read = k8s.read_cluster(service, read_params(operator=False, nodes=False, dra_nodes=["gpu-1", "gpu-2"]))
+    for node in ("gpu-1", "gpu-2"):      # whether gpu-2 is served cannot be told: its rollout drains the node
+        assert read["dra_allocations"][node]["allocations"] is None
+        assert read["dra_allocations"][node]["allocations_error"].startswith(node + ": the ResourceSlices and ")
+        assert "forbidden" in read["dra_allocations"][node]["allocations_error"]
+    # The DaemonSets read, and none runs NVIDIA's DRA kubelet plugin: a refusal is a cluster without the driver.
+    service = Found({"ResourceSlice": refused, "DaemonSet": [daemonset("logs")]})
+    read = k8s.read_cluster(service, read_params(nodes=False, dra_nodes=["gpu-1"]))
+    assert read["dra_allocations"] == {}

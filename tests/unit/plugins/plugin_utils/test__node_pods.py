@@ -35,6 +35,11 @@ def test_a_drain_evicts_all_but_daemonset_and_mirror_pods_or_only_gpu_pods():
     assert chosen[0] == {"apiVersion": "v1", "kind": "Pod",
                          "metadata": {"name": "train", "namespace": "ml", "labels": {"gpuops.mig/evict": "true"}}}
     assert pods.pods_to_evict(None, True, "x") == []
+    # A pod with ResourceClaims may hold a GPU through NVIDIA's DRA driver: a GPU pod for the drain.
+    claimed = dict(pod("dra-train", owner="ReplicaSet"))
+    claimed["spec"] = dict(claimed["spec"], resourceClaims=[{"name": "gpu", "resourceClaimName": "train"}])
+    assert names(pods.pods_to_evict(NODE_PODS + [claimed], True, "gpuops.mig/evict")) == ["train", "init-gpu",
+                                                                                         "dra-train"]
 
 
 def test_plugin_pods_match_any_selector_once():
