@@ -15,10 +15,10 @@ change now, which are held for a person, and what the round reports.
 
 Eviction: a plan that lists ``evicted_pods`` per node (planned with the nodes' pod maps, which keeps every
 device a pod holds: plugin_utils/_demand_allocations.py) is taken at its word, so a node running GPU pods on
-devices its change keeps is applied; it is then applied with ``mig_node_drain: none`` (``drain``; None: as the inventory says), so a pod
-that got a device the change destroys after the plan makes the change fail, never an eviction. Without a
-pod map (the plan's ``pod_map_unknown`` says why) a node change drains the node's GPU pods, so a node
-running any is held.
+devices its change keeps is applied. Without approval it is applied with ``mig_node_drain: none``
+(``drain``; None: as the inventory says), so a pod that got a device the change destroys after the plan
+makes the change fail, never an eviction. Without a pod map (the plan's ``pod_map_unknown`` says why) a
+node change drains the node's GPU pods, so a node running any is held.
 """
 
 from __future__ import annotations

@@ -176,3 +176,11 @@ def test_the_planner_refuses_pods_that_are_not_holder_names():
         fp.plan_fleet({"gpu-a": node_facts([gpu])}, {"1g.10gb": 1})
     assert str(err.value) == ("gpu-a GPU 0 gpu_instances[0] compute_instances[0]: pods must be a list of "
                               "namespace/pod/container names, got 'ml/train'")
+
+
+def test_an_idle_device_beside_a_held_one_stays_while_the_demand_fits_elsewhere():
+    fleet = {"gpu-a": node_facts([two_3g()]), "gpu-b": node_facts([dict(facts(0, "H100-80GB"), uuid="GPU-b")])}
+    pods = [pod("train", "gpu-a", {MIG_3G: 1})]
+    plan, selection = plan_round(fleet, {"1g.10gb": 3}, pods, {"gpu-a": read(held_by("train", HELD)), "gpu-b": read()})
+    assert plan["nodes"]["gpu-a"]["touched"] is False and plan["report"]["devices_destroyed"] == 0
+    assert selection["apply"] == ["gpu-b"]
