@@ -173,8 +173,8 @@ plan:
   description:
     - Per node C(layouts), C(config_label), C(touched), C(gpus) (before, after, destroyed, created) and
       C(supplies); C(report); C(mig_parted) (a v1 config per node).
-    - With O(allocations), per node C(evicted_pods) (C(namespace/name) of the pods its change evicts: those on a
-      GPU whose MIG mode changes, and GPU pods the kubelet lists no device for yet) and C(evictions) (each
+    - With O(allocations), per node C(evicted_pods) (C(namespace/name) of the pods its change evicts, which are those
+      on a GPU whose MIG mode changes and GPU pods the kubelet lists no device for yet) and C(evictions) (each
       C(pod), C(reason), C(detail)); or C(pod_map_unknown), why the node's pod map is not known.
   returned: success
   type: dict
