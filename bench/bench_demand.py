@@ -15,14 +15,16 @@ advances in steps of --step seconds. Policies, side by side on the same trace:
   legal set of full GPU-instance profiles) keeps the GPU's used devices and adds the pod's profile, the best
   geometry for what is pending; the change takes --nos-seconds (the node takes no pod meanwhile). It keeps
   every free device the geometry can keep (nos re-creates them; that would count more destroyed).
-- loop: this collection's demand loop: the source's settle window and fingerprints (_demand.Debouncer), then
-  rounds of the fleet planner (plugin_utils/_fleet_plan.plan_fleet, pods' devices as in-use floors, busy devices never
-  destroyed) and the round's selection (_rounds.select: nodes that evict nothing, at most --max-nodes),
-  a --cooldown between rounds that change nodes, --round-seconds to plan, --loop-node-seconds per node
-  changed one after the other (site.yml's batches of one). Today a change drains the node's GPU pods, so
+- loop, no pod map: this collection's demand loop where no node's kubelet pod map can be read: the
+  source's settle window and fingerprints (_demand.Debouncer), then rounds of the fleet planner
+  (plugin_utils/_fleet_plan.plan_fleet, pods' devices as in-use floors, busy devices never destroyed) and the round's
+  selection (_rounds.select: nodes that evict nothing, at most --max-nodes), a --cooldown between rounds
+  that change nodes, --round-seconds to plan, --loop-node-seconds per batch of --round-serial nodes
+  (site.yml's batches, gpuops_mig_round_serial). Without a pod map a change drains the node's GPU pods, so
   a node running any is held for a person (who never comes here).
-- loop+devices-drain: the same, with the plan saying which pods a change evicts (what `mig_node_drain:
-  devices` gives: busy devices are kept, so none), so any node whose busy devices stay may change.
+- loop: the same with every node's pod map (mig_node_info's allocations: which pod holds which device), as
+  the mig_plan action reads it (_demand_allocations: devices pods hold are busy, each planned node says
+  whom its change evicts), so a node whose held devices all stay is applied (mig_node_drain none).
 
 Reported: pods served (bound before the end), Pending-to-Running p50/p95 of the served pods, pods never
 served, MIG devices destroyed, running pods evicted, and compute slices allocated to pods over time.
@@ -47,7 +49,7 @@ sys.path.insert(0, os.path.join(ROOT, ".build", "collections"))
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _gpu_layout as layout  # noqa: E402
 from ansible_collections.gpuops.mig.plugins.plugin_utils._fleet_plan import plan_fleet  # noqa: E402
-from ansible_collections.gpuops.mig.plugins.plugin_utils import _demand, _rounds  # noqa: E402
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _demand, _demand_allocations, _rounds  # noqa: E402
 from ansible_collections.gpuops.mig.tests.unit.plugins.plugin_utils.fleet_helpers import (  # noqa: E402
     _geometries,
     facts,
@@ -197,6 +199,16 @@ class Fleet(object):
             out[name] = node_facts(gpus)
         return out
 
+    def allocations(self):
+        """{node: mig_node_info's result}: the kubelet's pod map, one allocation per running pod's device."""
+        out = dict((name, {"allocations": [], "allocations_error": None}) for name in self.names)
+        for p in self.pods:
+            if p.bound is not None and p.done is None:
+                out[p.node]["allocations"].append({
+                    "device_uuid": "MIG-%s-%d-%d" % (MODEL, p.gpu, p.gi), "namespace": "bench",
+                    "pod": "pod-%d" % p.id, "container": "c", "resource": "nvidia.com/mig-" + p.profile})
+        return out
+
     def running_manifests(self):
         return [{"metadata": {"name": "pod-%d" % p.id, "namespace": "bench"},
                  "spec": {"nodeName": p.node, "containers": [
@@ -268,9 +280,9 @@ def _reachable(fleet, gis, target):
 
 
 class Loop(object):
-    def __init__(self, args, devices_drain=False):
-        self.name = "this loop" + (" + devices drain (#24)" if devices_drain else "")
-        self.devices_drain = devices_drain
+    def __init__(self, args, pod_map=True):
+        self.name = "this loop" + ("" if pod_map else ", no pod map")
+        self.pod_map = pod_map
         self.debouncer = _demand.Debouncer(args.settle, args.settle * 4)
         self.args = args
         self.wanted = False          # an event came and no round has taken it yet
@@ -306,29 +318,35 @@ class Loop(object):
         if not demand:
             return
         began = time.perf_counter()
-        plan = plan_fleet(fleet.facts(), demand, in_use=in_use)
+        facts, pods = fleet.facts(), fleet.running_manifests()
+        if self.pod_map:
+            # What mig_plan does with the nodes' allocations (plan.yml, demand_round.yml).
+            maps = _demand_allocations.pod_maps(fleet.allocations(), sorted(facts))
+            facts = _demand_allocations.with_holders(facts, maps)
+        plan = plan_fleet(facts, demand, in_use=in_use)
+        if self.pod_map:
+            _demand_allocations.add_evictions(plan, facts, maps, pods)
         self.plan_seconds += time.perf_counter() - began
-        if self.devices_drain:
-            for entry in plan["nodes"].values():
-                entry["evicted_pods"] = []   # busy devices are kept: a per-device drain evicts nothing
-        selection = _rounds.select(plan, fleet.running_manifests(), settings={"max_nodes": self.args.max_nodes})
+        selection = _rounds.select(plan, pods, settings={"max_nodes": self.args.max_nodes})
         self.rounds += 1
         self.held += len(selection["held"])
         start = t + self.args.round_seconds
-        for name in selection["apply"]:
+        for i, name in enumerate(selection["apply"]):
             targets = {g["index"]: g["after"] for g in plan["nodes"][name]["gpus"] if g["changed"]}
-            end = start + self.args.loop_node_seconds
+            # site.yml's batches of --round-serial nodes, one batch after the other.
+            end = start + (i // self.args.round_serial + 1) * self.args.loop_node_seconds
             self.queue.append((name, start, end, targets))
-            fleet.busy_until[name] = end   # cordoned for its batch (and it waits for it)
-            start = end
+            fleet.busy_until[name] = end   # cordoned until its batch ends
         if selection["apply"]:
-            self.last_change = t
+            # demand_round.yml stamps the change when its apply ends: the cooldown runs from there.
+            self.last_change = max(end for _name, _start, end, _targets in self.queue)
 
     def _advance(self, fleet, t):
         while self.queue and self.queue[0][2] <= t:
             name, _start, _end, targets = self.queue.pop(0)
-            if not self.devices_drain:
+            if not self.pod_map:
                 fleet.evict_node(name, t)   # the whole-node drain: the selection should have left nothing
+            # With the pod map: mig_node_drain none, nothing is evicted; reshape refuses to destroy a busy device.
             for g, target in sorted(targets.items()):
                 fleet.reshape(name, g, target)
 
@@ -398,13 +416,15 @@ def main(argv=None):
     parser.add_argument("--cooldown", type=int, default=60, help="seconds between rounds that change nodes")
     parser.add_argument("--max-nodes", type=int, default=4, help="nodes changed per round")
     parser.add_argument("--round-seconds", type=int, default=20, help="a round's facts, pods and plan")
-    parser.add_argument("--loop-node-seconds", type=int, default=60, help="site.yml on one node")
+    parser.add_argument("--loop-node-seconds", type=int, default=60, help="site.yml on one batch of nodes")
+    parser.add_argument("--round-serial", type=int, default=1,
+                        help="nodes per site.yml batch in a round (gpuops_mig_round_serial)")
     parser.add_argument("--nos-seconds", type=int, default=20, help="nos's agent on one GPU")
     parser.add_argument("--sample-minutes", type=int, default=30)
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
     pods = trace(args.seed, args.hours, args.per_minute)
-    policies = [Fixed(), NosGreedy(args.nos_seconds), Loop(args), Loop(args, devices_drain=True)]
+    policies = [Fixed(), NosGreedy(args.nos_seconds), Loop(args, pod_map=False), Loop(args)]
     results = [replay(policy, pods, args) for policy in policies]
     header = ("policy", "served", "never", "p50 s", "p95 s", "destroyed", "evicted", "slices %", "rounds", "held")
     print("%d pods over %.1f h, %d nodes x %d H100-80GB, seed %d, Python %s"

@@ -18,6 +18,7 @@ from ansible_collections.gpuops.mig.plugins.plugin_utils._fleet_facts import fle
 from ansible_collections.gpuops.mig.plugins.plugin_utils._plain import describe, plain, require_shapes
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _kueue as kueue
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _sharing as sharing
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _demand_allocations as demand_allocations
 
 ARGUMENT_SPEC = dict(
     demand=dict(type="raw"),
@@ -32,6 +33,7 @@ ARGUMENT_SPEC = dict(
     policy=dict(type="dict", default={}),
     node_groups=dict(type="dict"),
     k8s_node_names=dict(type="dict", default={}),
+    allocations=dict(type="dict"),
     exact_limit=dict(type="int", default=fleet_plan.EXACT_LIMIT),
     config_label_prefix=dict(type="str", default="gpuops-plan"),
 )
@@ -45,6 +47,7 @@ SHAPES = dict(
     policy=(dict, None, "a mapping (nodes, spare, whole_gpus, skip_unreachable)"),
     node_groups=(dict, list, "a mapping of group name to a list of hosts"),
     k8s_node_names=(dict, str, "a mapping of Kubernetes node name to inventory host"),
+    allocations=(dict, None, "a mapping of host to gpuops.mig.mig_node_info's result"),
 )
 # Options Ansible's checks would turn from another type into a string (5 -> "5").
 STRINGS = ("strategy", "single_profile", "config_label_prefix")
@@ -76,6 +79,11 @@ class ActionModule(ActionBase):
             node_groups = args["node_groups"]
             if node_groups is None:
                 node_groups = plain(task_vars.get("groups") or {}, "the inventory's groups")
+            pod_maps = None
+            if args["allocations"] is not None:
+                # Devices pods hold are busy for the planner; each node then says whom its change evicts.
+                pod_maps = demand_allocations.pod_maps(args["allocations"], sorted(fleet))
+                fleet = demand_allocations.with_holders(fleet, pod_maps)
             items = plan_demand.demand_items(args["demand"])
             in_use, whole_pending, unresolved = {}, 0, []
             # Workloads waiting for admission have no pods yet: their pod sets are read as pending pods.
@@ -95,6 +103,8 @@ class ActionModule(ActionBase):
                                          node_groups=node_groups, exact_limit=args["exact_limit"],
                                          unresolved=unresolved, whole_pending=whole_pending,
                                          config_label_prefix=args["config_label_prefix"])
+            if pod_maps is not None:
+                demand_allocations.add_evictions(plan, fleet, pod_maps, args["pods"], args["k8s_node_names"])
         except GpuopsError as e:
             result.update(failed=True, msg="MIG plan refused, nothing planned: %s" % e)
             return result

@@ -133,6 +133,16 @@ options:
       - "Groups for demand items with C(group), C({name: [hosts]}), each a list of host names. Default the
         inventory's groups."
     type: dict
+  allocations:
+    description:
+      - Which pod holds which MIG device on each node, as M(gpuops.mig.mig_node_info) returns it (its registered
+        result, with C(allocations) and C(allocations_error)), per inventory host.
+      - A device a pod holds counts as busy, like one running processes, so the plan keeps it (and a node's
+        other devices of that profile may be reshaped). Each node of the plan then says what its change evicts
+        (C(evicted_pods), C(evictions)); a node whose map could not be read has C(pod_map_unknown), why.
+      - Leave it out to plan from processes and pod counts only (no node says what it evicts).
+    type: dict
+    version_added: 0.2.0
   k8s_node_names:
     description: Kubernetes node name to inventory host, where they differ (strings).
     type: dict
@@ -174,8 +184,12 @@ EXAMPLES = r"""
 
 RETURN = r"""
 plan:
-  description: Per node C(layouts), C(config_label), C(touched), C(gpus) (before, after, destroyed, created) and
-    C(supplies); C(report); C(mig_parted) (a v1 config per node).
+  description:
+    - Per node C(layouts), C(config_label), C(touched), C(gpus) (before, after, destroyed, created) and
+      C(supplies); C(report); C(mig_parted) (a v1 config per node).
+    - With O(allocations), per node C(evicted_pods) (C(namespace/name) of the pods its change evicts, which are those
+      on a GPU whose MIG mode changes and GPU pods the kubelet lists no device for yet) and C(evictions) (each
+      C(pod), C(reason), C(detail)); or C(pod_map_unknown), why the node's pod map is not known.
   returned: success
   type: dict
 vars:

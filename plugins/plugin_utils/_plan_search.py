@@ -76,7 +76,8 @@ class _Gpu(object):
         self.mig_enabled = bool(facts.get("mig_enabled"))
         self.note = None
         procs = facts.get("processes") or []
-        self.busy_whole = (not self.mig_enabled) and bool(procs)
+        # A GPU a pod holds whole (facts["pods"], the kubelet's map) is busy like one running processes.
+        self.busy_whole = (not self.mig_enabled) and bool(procs or facts.get("pods"))
         gis = []
         if self.mig_enabled and geometry is not None:
             for gi in facts.get("gpu_instances") or []:
@@ -89,11 +90,14 @@ class _Gpu(object):
                     name = geometry.device_name(gi["profile_id"], ci["profile_id"]) or ci.get("profile")
                     names.append(name)
                     pids = tuple(p["pid"] for p in ci.get("processes") or [])
+                    # Pods the kubelet allocated the device to (ci["pods"]): allocated is busy, never destroyed.
+                    pods = tuple(ci.get("pods") or ())
                     cis.append(layout.ComputeInstance(ci["id"], ci["profile_id"], ci["placement"]["start"], pids,
-                                                      ci.get("mig_device_uuid")))
-                    if pids:
-                        busy_devices.append({"node": node, "gpu": self.index, "device": name,
-                                             "uuid": ci.get("mig_device_uuid"), "pids": list(pids)})
+                                                      ci.get("mig_device_uuid"), pods))
+                    if pids or pods:
+                        busy = {"node": node, "gpu": self.index, "device": name,
+                                "uuid": ci.get("mig_device_uuid"), "pids": list(pids)}
+                        busy_devices.append(dict(busy, pods=list(pods)) if pods else busy)
                 value = layout.GpuInstance(gi["id"], gi["profile_id"], gi["placement"]["start"], tuple(cis))
                 gis.append(_Gi(gi["id"], gi["profile_id"], gi["placement"]["start"], profile.memory_slices,
                                profile.sm_slices, tuple(names), bool(busy_devices), busy_devices, value))
@@ -193,6 +197,7 @@ def _checked_gpu(node, position, gpu):
         raise PlanInputError("%s: name must be a string, got %s" % (label, describe(gpu.get("name"))))
     if not isinstance(gpu.get("processes") or [], list):
         raise PlanInputError("%s: processes must be a list, got %s" % (label, describe(gpu.get("processes"))))
+    _check_pods(gpu.get("pods"), label)
     devices = gpu.get("mig_devices") or {}
     if not isinstance(devices, Mapping) or not all(isinstance(n, str) for n in devices):
         raise PlanInputError("%s: mig_devices must be a mapping of MIG device name to count, got %s"
@@ -224,7 +229,15 @@ def _checked_gpu(node, position, gpu):
             for key in ("profile", "mig_device_uuid"):
                 if ci.get(key) is not None and not isinstance(ci.get(key), str):
                     raise PlanInputError("%s: %s must be a string, got %s" % (where, key, describe(ci.get(key))))
+            _check_pods(ci.get("pods"), where)
     return checked
+
+
+def _check_pods(pods, where):
+    """The holders of a GPU or MIG device (mig_node_info's pods): a list of "namespace/pod/container", or null."""
+    if pods is not None and (not isinstance(pods, list) or not all(isinstance(p, str) and p for p in pods)):
+        raise PlanInputError("%s: pods must be a list of namespace/pod/container names, got %s"
+                             % (where, describe(pods)))
 
 
 def _check_instance(item, where):

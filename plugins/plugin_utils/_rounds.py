@@ -13,8 +13,12 @@ change now, which are held for a person, and what the round reports.
   finished). Written before the apply (its nodes unfinished) and again after it (finished), so a round
   that dies half-way leaves its nodes held.
 
-Eviction: a plan that lists ``evicted_pods`` per node (changes that keep running devices) is taken at
-its word; otherwise a node change drains the node's GPU pods, so a node running any is held.
+Eviction: a plan that lists ``evicted_pods`` per node (planned with the nodes' pod maps, which keeps every
+device a pod holds: plugin_utils/_demand_allocations.py) is taken at its word, so a node running GPU pods on
+devices its change keeps is applied. Without approval it is applied with ``mig_node_drain: none``
+(``drain``; None: as the inventory says), so a pod that got a device the change destroys after the plan
+makes the change fail, never an eviction. Without a pod map (the plan's ``pod_map_unknown`` says why) a
+node change drains the node's GPU pods, so a node running any is held.
 """
 
 from __future__ import annotations
@@ -151,10 +155,17 @@ def select(plan, pods=None, nodes=None, settings=None, approvals=None, state=Non
         gpus = entry.get("gpus") or []
         mode_changes = [g.get("index") for g in gpus
                         if isinstance(g, Mapping) and bool(g.get("mig_enabled")) != bool(g.get("mig_enabled_before"))]
-        if isinstance(entry.get("evicted_pods"), list):
+        pod_map = isinstance(entry.get("evicted_pods"), list)
+        if pod_map:
             evicts, evicts_from = sorted(str(p) for p in entry["evicted_pods"]), "the plan"
+            why = dict((e.get("pod"), e.get("reason")) for e in entry.get("evictions") or [] if isinstance(e, Mapping))
+            if any(why.get(p) for p in evicts):
+                evicts_from = "the plan: %s" % ", ".join(sorted(set(why[p] for p in evicts if why.get(p))))
         else:
             evicts, evicts_from = gpu_pods(pods, k8s_name), "the node's GPU pods (the node is drained)"
+            if entry.get("pod_map_unknown"):
+                evicts_from = ("the node's GPU pods: the node is drained, since which pod holds which MIG device "
+                               "is unknown: %s" % entry["pod_map_unknown"])
         blockers, reasons = [], []
         if (labels.get(k8s_name) or {}).get(FAILED_STATE_LABEL) == "failed":
             blockers.append("the last change failed on this node (%s=failed): a person must look at it and "
@@ -177,6 +188,8 @@ def select(plan, pods=None, nodes=None, settings=None, approvals=None, state=Non
             "evicts": evicts,
             "supplies": entry.get("supplies") or {},
             "approved": is_approved,
+            # Applied without approval: the plan's word that it evicts nobody is enforced, not assumed.
+            "drain": "none" if pod_map and not is_approved else None,
             "reasons": blockers + reasons,
         }
         decisions[name] = decision
@@ -227,7 +240,9 @@ def record(state, round_id, selection, finished, now=None):
     """The state with this round in it: when a round last changed nodes, and which changes did not finish.
 
     Before the apply ``finished`` is False: the round's nodes are unfinished, and stay so (held by the next
-    rounds until a person removes them) if the apply never comes back. After it, True takes them out.
+    rounds until a person removes them) if the apply never comes back. After it, True takes them out and
+    stamps the end of the change (the cooldown runs from there): the playbook hands both calls the state
+    the round read at its start, so the finishing call must not rely on the first one's stamp.
     """
     state = dict(_mapping(state, "the round state"))
     selection = _mapping(selection, "the round's selection")
@@ -239,7 +254,7 @@ def record(state, round_id, selection, finished, now=None):
             unfinished.pop(name, None)
         else:
             unfinished[name] = round_id
-    if applied and not finished:
+    if applied:
         state["last_change"] = stamp
     state.update(unfinished=unfinished, last_round=round_id, last_round_at=stamp)
     return state

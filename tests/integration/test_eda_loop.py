@@ -211,3 +211,54 @@ def test_a_dry_run_round_changes_nothing_reports_an_unknown_profile_and_a_held_l
     assert "other-run" in run.stdout, output(run)
     assert "TASK [Plan]" not in run.stdout
     assert fleet.devices("gpu-b") == {0: {}}
+
+
+def test_a_round_applies_a_node_whose_running_pods_keep_their_devices_and_they_run_on(kube_api, kube_env, tmp_path):
+    """gpu-b's kubelet serves its pod map (PodResources): two pods run there on 1g.10gb devices. A pod pending
+    for a 3g.40gb that fits beside them makes a round that applies gpu-b, not holds it: the plan keeps the two
+    held devices, says the change evicts nobody, and the rollout runs with mig_node_drain none. Both pods run
+    on with the same devices; the new pod runs. gpu-a (no pod map, both devices busy) is not touched."""
+    from tests.support.kubeapi import allocations
+    from tests.support.podresources_server import PodResourcesServer, node_source
+
+    sock = str(tmp_path / "kubelet.sock")
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    busy_3g_pair(fleet.add("gpu-a", "1xH100-SXM5-80GB"))
+    sim.create_state(fleet.add("gpu-b", "1xH100-SXM5-80GB", pod_resources=sock, mig_node_pod_resources_socket=sock),
+                     "1xH100-SXM5-80GB", seed="gpu-b", mig="enabled", force=True)
+    kube_api.seed(*device_plugin_daemonsets())
+    kube_api.seed(seed.pod("running-1", node="gpu-a", limits={MIG_3G: 1}, phase="Running"),
+                  seed.pod("running-2", node="gpu-a", limits={MIG_3G: 1}, phase="Running"))
+    gone = evictions(kube_api)
+    round_vars = {"gpuops_mig_round_dir": str(tmp_path / "rounds"), "gpuops_mig_round_cooldown": 0,
+                  "gpuops_mig_round_max_nodes": 2, "mig_node_validate_delay": "1", "mig_node_drain_retry_delay": "1"}
+    with PodResourcesServer(sock, node_source(kube_api, "gpu-b")):
+        # 1. Two 1g.10gb pods: gpu-b (no pod yet) gets the devices, the pods run and hold them.
+        kube_api.seed(seed.pod("small-1", limits={MIG_1G: 1}), seed.pod("small-2", limits={MIG_1G: 1}))
+        run = fleet.run("playbooks/demand_round.yml", round_vars)
+        assert run.returncode == 0, output(run)
+        wait_for(lambda: phase(kube_api, "small-1") == phase(kube_api, "small-2") == "Running", 30, "the 1g pods")
+        allocations.sync(kube_api)
+        held = allocations.assigned(kube_api, "gpu-b")
+        assert sorted(held) == [("default", "small-1"), ("default", "small-2")]
+
+        # 2. A 3g.40gb pod: it fits beside the running pods. The round applies gpu-b; nobody is evicted.
+        kube_api.seed(seed.pod("large", limits={MIG_3G: 1}))
+        run = fleet.run("playbooks/demand_round.yml", round_vars)
+        assert run.returncode == 0, output(run)
+        last = json.loads((tmp_path / "rounds" / "last-round.json").read_text())
+        assert last["applied"] == ["gpu-b"] and last["held"] == [], last
+        decision = last["nodes"]["gpu-b"]
+        assert decision["evicts"] == [] and decision["drain"] == "none" and decision["reasons"] == []
+        plan = json.loads((tmp_path / "rounds" / "plan.json").read_text())
+        assert plan["nodes"]["gpu-b"]["evicted_pods"] == []
+        assert plan["nodes"]["gpu-a"]["pod_map_unknown"].startswith("the kubelet's PodResources socket")
+        assert fleet.devices("gpu-b") == {0: {"1g.10gb": 2, "3g.40gb": 1}}
+        assert fleet.devices("gpu-a") == {0: {"3g.40gb": 2}}
+        wait_for(lambda: phase(kube_api, "large") == "Running", 30, "the 3g pod")
+        allocations.sync(kube_api)
+        now = allocations.assigned(kube_api, "gpu-b")
+        for name in ("small-1", "small-2"):
+            assert phase(kube_api, name) == "Running"
+            assert now[("default", name)] == held[("default", name)]
+    assert gone == [], "pods were evicted or deleted: %s" % gone

@@ -70,6 +70,20 @@ def test_workloads_waiting_for_admission_are_demand_and_a_broken_one_a_warning()
     assert "warnings" not in alone
 
 
+def test_pod_maps_say_whom_each_nodes_change_evicts():
+    # a's 3g.40gb runs pod q (mig_node_info's allocations); b's kubelet could not be read.
+    allocations = {"a": {"allocations": [{"device_uuid": "MIG-H100-80GB-0-1", "namespace": "default", "pod": "q",
+                                          "container": "c", "resource": "nvidia.com/mig-3g.40gb"}],
+                         "allocations_error": None},
+                   "b": {"allocations": None, "allocations_error": "no socket"}}
+    result = run_action(ActionModule, tagged({"fleet": FLEET, "node_groups": GROUPS, "pods": GOOD_PODS,
+                                              "allocations": allocations}))
+    assert not result.get("failed"), result
+    nodes = result["plan"]["nodes"]
+    assert nodes["a"]["evicted_pods"] == [] and nodes["b"]["pod_map_unknown"] == "no socket"
+    assert result["report"]["busy_devices_kept"][0]["pods"] == ["default/q/c"]
+
+
 def test_facts_and_groups_from_the_inventory():
     hostvars = tagged(dict((host, {"ansible_facts": {"gpuops_mig": facts}}) for host, facts in FLEET.items()))
     task_vars = {"hostvars": hostvars, "ansible_play_hosts_all": ["a", "b"], "groups": tagged(GROUPS)}
@@ -93,6 +107,10 @@ def test_facts_and_groups_from_the_inventory():
     ({"demand": {"1g.10gb": 1}, "config_label_prefix": ""}, "config_label_prefix must be 1 to 52 letters"),
     ({"demand": {"1g.10gb": 1}, "exact_limit": -1}, "exact_limit must be a non-negative integer"),
     ({"demand": {"1g.10gb": -1}}, "count must be a non-negative integer, got -1"),
+    ({"demand": {"1g.10gb": 1}, "allocations": ["a"]},
+     "allocations must be a mapping of host to gpuops.mig.mig_node_info's result, got ['a']"),
+    ({"demand": {"1g.10gb": 1}, "allocations": {"a": {"allocations": [{"pod": "q"}]}}},
+     "allocations[a].allocations[0] must have device_uuid, namespace, pod, container as strings"),
     ({"pods": [], "sharing": {"1g.10gb": {"strategy": "mps", "replicas": 2}}},
      "sharing, profile 1g.10gb: MPS cannot share MIG devices"),
 ])
@@ -112,7 +130,8 @@ def assert_plan_or_refusal(outcome):
 
 ARGS = {"demand": GOOD_DEMAND, "fleet": FLEET, "node_groups": GROUPS, "policy": GOOD_POLICY, "pods": GOOD_PODS,
         "workloads": WORKLOADS,
-        "strategy": "mixed", "exact_limit": 1000, "config_label_prefix": "gpuops-plan", "k8s_node_names": {}}
+        "strategy": "mixed", "exact_limit": 1000, "config_label_prefix": "gpuops-plan", "k8s_node_names": {},
+        "allocations": {"a": {"allocations": [], "allocations_error": None}}}
 
 
 @BUDGET

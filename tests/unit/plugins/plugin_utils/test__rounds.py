@@ -94,9 +94,12 @@ def test_record_marks_nodes_unfinished_before_the_apply_and_clears_them_after():
     assert before == {"unfinished": {"z": "round-1", "a": "round-2", "b": "round-2"}, "last_round": "round-2",
                       "last_round_at": "2026-11-25T08:00:00Z", "last_change": "2026-11-25T08:00:00Z"}
     after = r.record(before, "round-2", selection, True, now="2026-11-25T08:05:00Z")
-    assert after["unfinished"] == {"z": "round-1"} and after["last_change"] == "2026-11-25T08:00:00Z"
+    assert after["unfinished"] == {"z": "round-1"} and after["last_change"] == "2026-11-25T08:05:00Z"
     quiet = r.record(after, "round-3", {"apply": []}, True, now="2026-11-25T09:00:00Z")
-    assert quiet["last_change"] == "2026-11-25T08:00:00Z" and quiet["last_round"] == "round-3"
+    assert quiet["last_change"] == "2026-11-25T08:05:00Z" and quiet["last_round"] == "round-3"
+    # demand_round.yml's closing play records from the state the round read at its start: the change counts.
+    closing = r.record({"unfinished": {}}, "round-4", selection, True, now="2026-11-25T10:00:00Z")
+    assert closing["last_change"] == "2026-11-25T10:00:00Z" and closing["unfinished"] == {}
 
 
 def test_gate_waits_out_the_cooldown_after_a_change():
