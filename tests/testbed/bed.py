@@ -10,6 +10,13 @@
                                  the same, and the cluster also gets the GPU Operator (CRD, ClusterPolicy with
                                  mig.strategy mixed and migManager.config.name mig-layouts, the user's
                                  ConfigMap of that name holding the mig-parted file CONFIG); the emulator's operator and mig-manager act on it
+    bed.py reset --gpu-operator-default
+                                 the GPU Operator as the chart installs it by default: no migManager.config.name, so
+                                 mig-manager generates <node>-mig-config from each node's GPUs and the operator
+                                 rewrites default-mig-parted-config from its own asset
+    bed.py reset --pod-resources also a kubelet PodResources API per GPU node (gRPC on the host's
+                                 /var/lib/kubelet/pod-resources/kubelet.sock), answering with the devices the
+                                 emulator's device plugin assigned to the node's pods
     bed.py power-on HOST...      boot hosts that are down (a reboot that never came back, a poweroff)
     bed.py status                hosts and API, one line each
     bed.py down                  remove everything: processes, namespaces, files
@@ -44,7 +51,9 @@ NETNS_PREFIX = "gpuops-"
 GUEST = os.path.join(REPO, "tests", "testbed", "guest.py")
 MIG_SIM = os.path.join(REPO, "tools", "mig-sim")
 TARGET_VENV = os.path.join(REPO, ".build", "testbed", "target-venv")
-TARGET_PACKAGES = ("nvidia-ml-py", "PyYAML")  # pinned as in requirements-dev.txt
+# Pinned as in requirements-dev.txt. grpcio and protobuf: the PodResources client (live reconfiguration),
+# which a GPU node of a Kubernetes cluster gets (README, docs/install.md).
+TARGET_PACKAGES = ("nvidia-ml-py", "PyYAML", "grpcio", "protobuf")
 VENV_PYTHON = sys.executable
 SSHD = "/usr/sbin/sshd"
 APT_PACKAGES = ("openssh-server", "netcat-openbsd")
@@ -53,6 +62,8 @@ START_TIMEOUT_S = 20
 # The cluster around the GPU hosts: a DaemonSet on every GPU node, and a training job whose
 # PodDisruptionBudget (minAvailable 2, met by the two pods on the CPU node) lets drains through.
 CPU_NODE = "cpu-0"
+# reset --gpu-operator-default: the chart's default install (no migManager.config.name).
+DEFAULT_INSTALL = "default-install"
 GPU_NODE_LABEL = {"nvidia.com/gpu.present": "true"}
 
 
@@ -79,6 +90,11 @@ def fleet(inventory=INVENTORY):
 
 def host_dir(name):
     return os.path.join(BED, "hosts", name)
+
+
+def pod_resources_socket(name):
+    """The controller's path of the kubelet socket that the host sees at /var/lib/kubelet/pod-resources (guest.py)."""
+    return os.path.join(host_dir(name), "pod-resources", "kubelet.sock")
 
 
 def netns(name):
@@ -177,7 +193,7 @@ def provision(name, spec):
     """A fresh host: new directory (empty disks), new simulated GPUs, quirks from the inventory."""
     hdir = host_dir(name)
     shutil.rmtree(hdir, ignore_errors=True)
-    os.makedirs(hdir)
+    os.makedirs(os.path.join(hdir, "pod-resources"))
     state = os.path.join(hdir, "state.json")
     sh(VENV_PYTHON, MIG_SIM, "create", state, "--gpus", spec["gpus"], "--seed", name, quiet=True)
     if spec["host"]:
@@ -256,14 +272,16 @@ def reprovision(names, specs):
 
 # ----- Kubernetes API -----------------------------------------------------------------------------
 
-def cluster_seed(specs, gpu_operator=None):
+def cluster_seed(specs, gpu_operator=None, pod_resources=False):
     """Nodes for the GPU hosts (linked to their simulated GPUs) and a CPU node, pods on them:
     a DaemonSet on the GPU nodes, a ReplicaSet-owned training pod per GPU node with a PDB.
-    With gpu_operator (a mig-parted config file), also the GPU Operator (seed.gpu_operator)."""
+    With gpu_operator (a mig-parted config file, or DEFAULT_INSTALL), also the GPU Operator (seed.gpu_operator).
+    With pod_resources, each GPU node's pods get devices and the node a PodResources server (allocations.py)."""
     objs = [seed.namespace("gpu-monitoring"), seed.namespace("ml")]
     objs.append(seed.node(CPU_NODE))
     for name in specs:
-        objs.append(seed.node(name, dict(GPU_NODE_LABEL), nvml_state=os.path.join(host_dir(name), "state.json")))
+        objs.append(seed.node(name, dict(GPU_NODE_LABEL), nvml_state=os.path.join(host_dir(name), "state.json"),
+                              pod_resources=pod_resources_socket(name) if pod_resources else None))
     objs.append(seed.daemonset("dcgm-exporter", namespace="gpu-monitoring", node_selector=dict(GPU_NODE_LABEL),
                                labels={"app": "dcgm-exporter"}))
     train = {"app": "train"}
@@ -273,7 +291,9 @@ def cluster_seed(specs, gpu_operator=None):
         objs.append(seed.pod("train-7c9d-%d" % index, node=node, namespace="ml", labels=train,
                              owner=("ReplicaSet", "train-7c9d")))
     objs.append(seed.pdb("train", train, namespace="ml", min_available=2))
-    if gpu_operator:
+    if gpu_operator == DEFAULT_INSTALL:
+        objs.extend(seed.gpu_operator(mig_strategy="mixed"))
+    elif gpu_operator:
         # The simulated mig-manager runs in the emulator, on the controller: it reaches each host's GPUs
         # through the nodes' kubeapi.test/nvml-state (the host directories, controller paths).
         with open(gpu_operator, encoding="utf-8") as handle:
@@ -309,12 +329,12 @@ def stop_kube():
             pass
 
 
-def start_kube(specs, gpu_operator=None):
+def start_kube(specs, gpu_operator=None, pod_resources=False):
     info = kube_info() or {"port": free_port()}
     stop_kube()
     seed_file = os.path.join(BED, "kube-seed.yaml")
     with open(seed_file, "w", encoding="utf-8") as handle:
-        yaml.safe_dump_all(cluster_seed(specs, gpu_operator), handle, sort_keys=False)
+        yaml.safe_dump_all(cluster_seed(specs, gpu_operator, pod_resources), handle, sort_keys=False)
     out_path = os.path.join(BED, "kubeapi.out")
     with open(out_path, "w", encoding="utf-8") as out, open(os.path.join(BED, "kubeapi.log"), "a") as err:
         proc = subprocess.Popen([VENV_PYTHON, "-m", "tests.support.kubeapi", "--port", str(info["port"]),
@@ -351,15 +371,15 @@ def up(specs):
     log("up: %d hosts, Kubernetes API %s" % (len(specs), kube_info()["url"]))
 
 
-def reset(specs, names, gpu_operator=None):
+def reset(specs, names, gpu_operator=None, pod_resources=False):
     for name in names:
         if name not in specs:
             raise SystemExit("bed: no host %r in %s" % (name, INVENTORY))
-    if gpu_operator and names:
-        raise SystemExit("bed: --gpu-operator seeds a fresh cluster: reset every host (no HOST)")
+    if (gpu_operator or pod_resources) and names:
+        raise SystemExit("bed: --gpu-operator and --pod-resources seed a fresh cluster: reset every host (no HOST)")
     reprovision(names or list(specs), specs)
     if not names:
-        start_kube(specs, gpu_operator)
+        start_kube(specs, gpu_operator, pod_resources)
 
 
 def power_on(specs, names):
@@ -403,8 +423,13 @@ def main(argv=None):
     commands.add_parser("up")
     reset_cmd = commands.add_parser("reset")
     reset_cmd.add_argument("hosts", nargs="*")
-    reset_cmd.add_argument("--gpu-operator", metavar="CONFIG",
-                           help="also seed the GPU Operator, its mig-parted ConfigMap from this file")
+    operator = reset_cmd.add_mutually_exclusive_group()
+    operator.add_argument("--gpu-operator", metavar="CONFIG",
+                          help="also seed the GPU Operator, its mig-parted ConfigMap from this file")
+    operator.add_argument("--gpu-operator-default", action="store_true",
+                          help="also seed the GPU Operator as the chart installs it (no migManager.config.name)")
+    reset_cmd.add_argument("--pod-resources", action="store_true",
+                           help="a kubelet PodResources server per GPU node, fed from the emulator's pods")
     commands.add_parser("power-on").add_argument("hosts", nargs="+")
     commands.add_parser("status")
     commands.add_parser("down")
@@ -415,7 +440,9 @@ def main(argv=None):
     elif args.command == "up":
         up(specs)
     elif args.command == "reset":
-        reset(specs, args.hosts, args.gpu_operator and os.path.abspath(args.gpu_operator))
+        operator = DEFAULT_INSTALL if args.gpu_operator_default else (
+            args.gpu_operator and os.path.abspath(args.gpu_operator))
+        reset(specs, args.hosts, operator, args.pod_resources)
     elif args.command == "power-on":
         power_on(specs, args.hosts)
     elif args.command == "status":

@@ -11,7 +11,8 @@ bed.py starts every host as
 `start` gives the host its own view of the machine (hostname; copy-on-write
 /etc, /usr/local, /usr/sbin, /var/lib, /opt and /root, with the host's own
 ~/.bashrc and ~/.profile; a fresh /run with the host directory at
-/run/gpuops-sim; its own /proc/sys/kernel/random/boot_id), puts stand-ins for
+/run/gpuops-sim; the host directory's pod-resources/ at the kubelet's
+/var/lib/kubelet/pod-resources; its own /proc/sys/kernel/random/boot_id), puts stand-ins for
 shutdown/reboot/poweroff/halt in /usr/sbin, optionally boots (see `boot`), and
 then becomes the host's sshd.
 
@@ -55,6 +56,10 @@ DOTFILES = {
                 'if [ -n "$BASH_VERSION" ] && [ -f ~/.bashrc ]; then . ~/.bashrc; fi\n',
 }
 POWER_COMMANDS = ("shutdown", "reboot", "poweroff", "halt")
+# The kubelet's PodResources socket directory: the host directory's pod-resources/, where the Kubernetes
+# emulator on the controller serves the node's PodResources API (bed.py reset --pod-resources). A unix socket
+# is a file, not an address: a bind mount makes it reachable from the host's network namespace.
+POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
 
 # A host's PATH (sshd sessions and boot): the simulated driver's tools (nvidia-smi, nvidia-ctk,
 # systemctl) come first.
@@ -87,6 +92,8 @@ def start(host_dir, hostname, do_boot):
         os.makedirs(work, exist_ok=True)
         run("mount", "-t", "overlay", "overlay", "-o",
             "lowerdir=%s,upperdir=%s,workdir=%s" % (target, upper, work), target)
+    os.makedirs(POD_RESOURCES_DIR, exist_ok=True)  # in the host's copy of /var/lib
+    run("mount", "--bind", os.path.join(host_dir, "pod-resources"), POD_RESOURCES_DIR)
     for name, content in DOTFILES.items():  # into the host's copy of /root
         with open(os.path.join("/root", name), "w", encoding="utf-8") as handle:
             handle.write(content)
