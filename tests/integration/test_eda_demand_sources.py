@@ -6,8 +6,11 @@ gets admitted leave it, and a cluster without Kueue's CRD still has its pods and
 """
 
 import asyncio
+import runpy
 
-from test_eda_source import MIG_1G, MIG_3G, _until, run_source
+import yaml
+
+from test_eda_source import MIG_1G, MIG_3G, SOURCE, _until, run_source
 from tests.support.kubeapi import kueue, seed
 
 # Long enough that the three kinds' first listings (one thread each) land in one settle window on a busy machine.
@@ -127,3 +130,12 @@ def test_options_turn_claims_and_workloads_off(kube_api):
 
     events = run_source(kube_api, scenario, settle_seconds=SETTLE, claims="false", workloads=False)
     assert [(e["profiles"], counts(e)) for e in events] == [({MIG_1G: 1}, (1, 0, 0, 1))]
+
+
+def test_the_documentation_parses_and_names_every_option_the_examples_use():
+    module = runpy.run_path(SOURCE)
+    doc = yaml.safe_load(module["DOCUMENTATION"])
+    assert {"claims", "workloads", "kueue_api_version"} <= set(doc["options"])
+    for example in yaml.safe_load(module["EXAMPLES"]):
+        assert set(example["gpuops.mig.mig_demand"]) <= set(doc["options"])
+        module["demand"].watched_kinds(example["gpuops.mig.mig_demand"])   # valid as given

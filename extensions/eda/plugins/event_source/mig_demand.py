@@ -21,12 +21,14 @@ DOCUMENTATION = r"""
 ---
 short_description: Emit the pending MIG demand of a Kubernetes cluster, debounced, one event per change.
 description:
-  - An ansible-rulebook event source that watches what waits for MIG devices, as C(playbooks/plan.yml) reads
+  - >-
+    An ansible-rulebook event source that watches what waits for MIG devices, as C(playbooks/plan.yml) reads
     it. Pods with no node yet, not finished, asking for C(nvidia.com/mig-*) resources in a container's limits
     or requests. ResourceClaims (C(resource.k8s.io/v1)) of NVIDIA's DRA DeviceClass C(mig.nvidia.com) not
     allocated yet, whose CEL selector names one profile. Kueue Workloads waiting for admission (their pods do
     not exist yet; each pod set asks for C(count) times its template's devices).
-  - It emits one event per change of the aggregated demand of all of them, not one per object, once the
+  - >-
+    It emits one event per change of the aggregated demand of all of them, not one per object, once the
     demand has stayed unchanged for O(settle_seconds) (or has kept changing for O(max_wait_seconds)). The
     event is C({"mig_demand": {"profiles": {resource: count}, "pods": n, "claims": n, "workloads": n,
     "waiting": n, "oldest_pending_seconds": s, "fingerprint": hash}}), a claim's profile named as the device
@@ -34,13 +36,15 @@ description:
     again, so demand for a profile no GPU offers is reported once; when the last waiting object goes, one
     event with C(waiting) 0 says so. A claim that gets allocated, or a Workload that gets admitted, leaves
     the demand.
-  - Each kind's watch runs in its own thread, off the event loop. It resumes from the last
+  - >-
+    Each kind's watch runs in its own thread, off the event loop. It resumes from the last
     C(resourceVersion) seen, lists again when the API answers 410 Gone, and reconnects with a backoff
     (1 s doubling up to O(reconnect_max_seconds)) when the API goes away; a re-listing that finds the same
     demand emits nothing. A cluster that does not serve ResourceClaims (before Kubernetes 1.34) or Kueue's
     Workloads (no CRD) has them not watched, said once, and looked for again every
     O(watch_timeout_seconds).
-  - Connection settings come from O(kubeconfig) and O(context), else C(K8S_AUTH_KUBECONFIG), C(KUBECONFIG),
+  - >-
+    Connection settings come from O(kubeconfig) and O(context), else C(K8S_AUTH_KUBECONFIG), C(KUBECONFIG),
     C(~/.kube/config), else the in-cluster service account.
 options:
   settle_seconds:
