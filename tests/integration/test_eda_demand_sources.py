@@ -14,7 +14,7 @@ from test_eda_source import MIG_1G, MIG_3G, SOURCE, _until, run_source
 from tests.support.kubeapi import kueue, seed
 
 # Long enough that the three kinds' first listings (one thread each) land in one settle window on a busy machine.
-SETTLE = 1.0
+SETTLE = 1.5
 NOT_SERVED = "Kueue Workloads (kueue.x-k8s.io/v1beta2) are not served by this cluster: not watched"
 
 
