@@ -2,15 +2,20 @@
 # Copyright: Contributors to the gpuops.mig collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""What the event source gpuops.mig.mig_demand decides: pending MIG demand from pods, and when to say so.
+"""What the event source gpuops.mig.mig_demand decides: pending MIG demand, and when to say so.
 
 Pure Python (no Ansible, no Kubernetes client), so the source stays a thin watch loop and the
 decisions are unit-tested (docs/dynamic.md):
 
 - ``pod_request``: the MIG devices one pod waits for (a pod not yet bound to a node, not finished,
   not being deleted), read as the planner reads them: per container its limits, else its requests.
-- ``DemandTracker``: the pending pods by namespace/name, fed with a full listing (``replace``) or one
-  watch event at a time (``apply``); ``snapshot`` aggregates them into the event's payload.
+- ``claim_request`` and ``workload_request``: the same for a pending ResourceClaim of NVIDIA's DRA driver
+  and a Kueue Workload waiting for admission, read by the planner's own parsers (``_plan_demand.
+  demand_from_claims``, ``_kueue.pending_pods``), so the loop and ``plan.yml`` count the same demand.
+- ``watched_kinds``: which kinds the source watches, from its options.
+- ``DemandTracker``: the waiting objects by kind and namespace/name, fed with a full listing of a kind
+  (``replace``) or one watch event at a time (``apply``); ``snapshot`` aggregates them all into the
+  event's payload.
 - ``Debouncer``: the settle window. Demand must stay unchanged for ``settle_seconds`` (or keep changing
   for ``max_wait_seconds``) before it is emitted, and a fingerprint already emitted is never emitted
   again, so one burst of pods makes one event and a re-listing after a reconnect makes none.
@@ -21,6 +26,9 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _kueue as kueue
+from ansible_collections.gpuops.mig.plugins.plugin_utils._plan_demand import PlanInputError, demand_from_claims
 
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 _FINISHED = ("Succeeded", "Failed")
@@ -57,6 +65,69 @@ def pod_request(pod):
     return asked
 
 
+def claim_request(claim):
+    """({resource: count}, warning or None) of a ResourceClaim: what a pending claim of the DeviceClass
+    mig.nvidia.com asks for, read by the planner (_plan_demand.demand_from_claims), its profiles named as the
+    device plugin names them (1g.10gb -> nvidia.com/mig-1g.10gb) so that a pod and a claim add up. An
+    allocated claim, one being deleted, and one the planner cannot resolve to a profile ask for nothing here."""
+    if isinstance(claim, dict) and (claim.get("metadata") or {}).get("deletionTimestamp"):
+        return {}, None
+    try:
+        items, _unresolved = demand_from_claims([claim])
+    except PlanInputError as e:
+        return {}, "ResourceClaim skipped, its demand is not counted: %s" % e
+    return dict((resource_of(item["profile"]), item["count"]) for item in items if item["count"] > 0), None
+
+
+def workload_request(workload):
+    """({resource: count}, warning or None) of a Kueue Workload waiting for admission: its pod sets as the
+    planner reads them (_kueue.pending_pods), summed over the pods. An admitted Workload asks for nothing here
+    (its pods exist and are counted as pods)."""
+    pods, warnings = kueue.pending_pods([workload])
+    asked = {}
+    for pod in pods:
+        for resource, count in pod_request(pod).items():
+            asked[resource] = asked.get(resource, 0) + count
+    return asked, (warnings[0] if warnings else None)
+
+
+def resource_of(profile):
+    """1g.10gb+me -> nvidia.com/mig-1g.10gb.me: the device plugin's resource of a MIG profile."""
+    return MIG_RESOURCE_PREFIX + profile.replace("+", ".")
+
+
+PODS, CLAIMS, WORKLOADS = "pods", "claims", "workloads"
+_READERS = {PODS: lambda pod: (pod_request(pod), None), CLAIMS: claim_request, WORKLOADS: workload_request}
+CLAIMS_API = ("resource.k8s.io", "v1", "resourceclaims")
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSIONS = ("v1beta2", "v1beta1")
+
+
+def watched_kinds(args):
+    """{kind: (group, version, plural)} the source watches: pods always, ResourceClaims unless ``claims`` is
+    false, Kueue Workloads (of ``kueue_api_version``) unless ``workloads`` is false."""
+    kinds = {PODS: ("", "v1", "pods")}
+    if check_flag(args.get("claims", True), "claims"):
+        kinds[CLAIMS] = CLAIMS_API
+    api_version = args.get("kueue_api_version") or "%s/%s" % (KUEUE_GROUP, KUEUE_VERSIONS[0])
+    group, _slash, version = str(api_version).partition("/")
+    if group != KUEUE_GROUP or version not in KUEUE_VERSIONS:
+        raise DemandError("kueue_api_version must be one of %s, got %r"
+                          % (", ".join("%s/%s" % (KUEUE_GROUP, v) for v in KUEUE_VERSIONS), api_version))
+    if check_flag(args.get("workloads", True), "workloads"):
+        kinds[WORKLOADS] = (group, version, "workloads")
+    return kinds
+
+
+def check_flag(value, name):
+    """true or false; ansible-rulebook renders templated options as text, so 'True' and 'false' count too."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "false", "no"):
+        return value.strip().lower() in ("true", "yes")
+    raise DemandError("%s must be true or false, got %r" % (name, value))
+
+
 def _quantity(value):
     """A device count; anything that is not a whole number is no request (the API server refuses those)."""
     try:
@@ -80,9 +151,12 @@ def pod_key(pod):
     return "%s/%s" % (meta.get("namespace") or "default", meta.get("name") or "")
 
 
-def fingerprint(profiles, pods):
-    """The demand's identity: the devices asked for per resource and the number of pods asking."""
-    text = json.dumps({"profiles": profiles, "pods": pods}, sort_keys=True)
+def fingerprint(profiles, pods, claims=0, workloads=0):
+    """The demand's identity: the devices asked for per resource and the number of pods, claims and Workloads
+    asking (claims and Workloads only when there are some, so a demand of pods alone keeps its fingerprint)."""
+    counted = {"profiles": profiles, "pods": pods}
+    counted.update((name, n) for name, n in ((CLAIMS, claims), (WORKLOADS, workloads)) if n)
+    text = json.dumps(counted, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -90,46 +164,66 @@ EMPTY_FINGERPRINT = fingerprint({}, 0)
 
 
 class DemandTracker(object):
-    """The pending pods that wait for MIG devices, kept current from a listing and watch events."""
+    """The pods, ResourceClaims and Kueue Workloads that wait for MIG devices, kept current from listings and
+    watch events of each kind."""
 
     def __init__(self):
-        self.pending = {}   # namespace/name -> (request, created epoch seconds or None)
+        self.pending = {}   # (kind, namespace/name) -> (request, created epoch seconds or None)
+        self._said = {}     # (kind, namespace/name) -> the warning last given for it
+        self._warnings = []
 
-    def replace(self, pods):
-        """A full listing (at start and after 410 Gone): the pending pods are exactly these."""
-        self.pending = {}
-        for pod in pods:
-            self.apply("ADDED", pod)
+    def replace(self, objs, kind=PODS):
+        """A full listing of one kind (at start and after 410 Gone): its waiting objects are exactly these."""
+        self.pending = dict((key, value) for key, value in self.pending.items() if key[0] != kind)
+        listed = set()
+        for obj in objs:
+            self.apply("ADDED", obj, kind)
+            listed.add((kind, pod_key(obj)) if isinstance(obj, dict) else None)
+        # A warning already given for an object still listed is not given again; one gone is forgotten.
+        self._said = dict((key, value) for key, value in self._said.items() if key[0] != kind or key in listed)
 
-    def apply(self, event_type, pod):
-        """One watch event (ADDED, MODIFIED, DELETED). Returns True when the pending set changed."""
-        if not isinstance(pod, dict):
+    def apply(self, event_type, obj, kind=PODS):
+        """One watch event (ADDED, MODIFIED, DELETED) of one kind. Returns True when the demand changed."""
+        if not isinstance(obj, dict):
             return False
-        key = pod_key(pod)
+        key = (kind, pod_key(obj))
         before = self.pending.get(key)
-        request = {} if event_type == "DELETED" else pod_request(pod)
+        request, warning = ({}, None) if event_type == "DELETED" else _READERS[kind](obj)
         if request:
-            self.pending[key] = (request, _created(pod))
+            self.pending[key] = (request, _created(obj))
         else:
             self.pending.pop(key, None)
+        if warning and self._said.get(key) != warning:
+            self._warnings.append(warning)   # once per object and problem, not at every event or re-listing
+        if warning:
+            self._said[key] = warning
+        else:
+            self._said.pop(key, None)
         return self.pending.get(key) != before
 
+    def take_warnings(self):
+        """The warnings not handed out yet (objects skipped because they cannot be read)."""
+        warnings, self._warnings = self._warnings, []
+        return warnings
+
     def snapshot(self, now):
-        """The aggregated demand: {profiles, pods, oldest_pending_seconds, fingerprint}."""
+        """The aggregated demand: {profiles, pods, claims, workloads, waiting, oldest_pending_seconds, fingerprint}."""
         profiles = {}
+        counts = {PODS: 0, CLAIMS: 0, WORKLOADS: 0}
         oldest = None
-        for request, created in self.pending.values():
+        for (kind, _name), (request, created) in self.pending.items():
+            counts[kind] += 1
             for resource, count in request.items():
                 profiles[resource] = profiles.get(resource, 0) + count
             if created is not None and (oldest is None or created < oldest):
                 oldest = created
         profiles = dict(sorted(profiles.items()))
-        return {
+        return dict(counts, **{
             "profiles": profiles,
-            "pods": len(self.pending),
+            "waiting": sum(counts.values()),
             "oldest_pending_seconds": max(0, int(now - oldest)) if oldest is not None else 0,
-            "fingerprint": fingerprint(profiles, len(self.pending)),
-        }
+            "fingerprint": fingerprint(profiles, counts[PODS], counts[CLAIMS], counts[WORKLOADS]),
+        })
 
 
 class Debouncer(object):
@@ -137,7 +231,7 @@ class Debouncer(object):
 
     ``observe(snapshot, now)`` after each change; ``due(now)`` returns the snapshot to emit (or None);
     ``wait(now)`` how long the caller may sleep before ``due`` can change its answer.
-    Nothing is emitted at start while no pod waits (the empty demand counts as already said).
+    Nothing is emitted at start while nothing waits (the empty demand counts as already said).
     """
 
     def __init__(self, settle_seconds, max_wait_seconds=None):

@@ -4,8 +4,9 @@
 
 """ansible-rulebook event source gpuops.mig.mig_demand: the pending MIG demand of a Kubernetes cluster.
 
-The watch runs in a thread (the Kubernetes client blocks); the event loop only aggregates and
-debounces, with the decisions in plugins/plugin_utils/_demand.py.
+Each watched kind (Pods, ResourceClaims, Kueue Workloads) has its watch in a thread (the Kubernetes client
+blocks); the event loop only aggregates them into one demand and debounces, with the decisions in
+plugins/plugin_utils/_demand.py.
 """
 
 from __future__ import annotations
@@ -20,19 +21,30 @@ DOCUMENTATION = r"""
 ---
 short_description: Emit the pending MIG demand of a Kubernetes cluster, debounced, one event per change.
 description:
-  - An ansible-rulebook event source that watches the cluster's Pods and keeps the ones that wait for MIG
-    devices (no node yet, not finished, asking for C(nvidia.com/mig-*) resources in a container's limits or
-    requests).
-  - It emits one event per change of the aggregated demand, not one per pod, once the demand has stayed
-    unchanged for O(settle_seconds) (or has kept changing for O(max_wait_seconds)). The event is
-    C({"mig_demand": {"profiles": {resource: count}, "pods": n, "oldest_pending_seconds": s,
-    "fingerprint": hash}}). A fingerprint already emitted is not emitted again; when the last pending pod
-    goes, one event with C(pods) 0 says so.
-  - The Kubernetes client's watch runs in a thread, off the event loop. It resumes from the last
+  - >-
+    An ansible-rulebook event source that watches what waits for MIG devices, as C(playbooks/plan.yml) reads
+    it. Pods with no node yet, not finished, asking for C(nvidia.com/mig-*) resources in a container's limits
+    or requests. ResourceClaims (C(resource.k8s.io/v1)) of NVIDIA's DRA DeviceClass C(mig.nvidia.com) not
+    allocated yet, whose CEL selector names one profile. Kueue Workloads waiting for admission (their pods do
+    not exist yet; each pod set asks for C(count) times its template's devices).
+  - >-
+    It emits one event per change of the aggregated demand of all of them, not one per object, once the
+    demand has stayed unchanged for O(settle_seconds) (or has kept changing for O(max_wait_seconds)). The
+    event is C({"mig_demand": {"profiles": {resource: count}, "pods": n, "claims": n, "workloads": n,
+    "waiting": n, "oldest_pending_seconds": s, "fingerprint": hash}}), a claim's profile named as the device
+    plugin names it (C(1g.10gb) is C(nvidia.com/mig-1g.10gb)). A fingerprint already emitted is not emitted
+    again, so demand for a profile no GPU offers is reported once; when the last waiting object goes, one
+    event with C(waiting) 0 says so. A claim that gets allocated, or a Workload that gets admitted, leaves
+    the demand.
+  - >-
+    Each kind's watch runs in its own thread, off the event loop. It resumes from the last
     C(resourceVersion) seen, lists again when the API answers 410 Gone, and reconnects with a backoff
     (1 s doubling up to O(reconnect_max_seconds)) when the API goes away; a re-listing that finds the same
-    demand emits nothing.
-  - Connection settings come from O(kubeconfig) and O(context), else C(K8S_AUTH_KUBECONFIG), C(KUBECONFIG),
+    demand emits nothing. A cluster that does not serve ResourceClaims (before Kubernetes 1.34) or Kueue's
+    Workloads (no CRD) has them not watched, said once, and looked for again every
+    O(watch_timeout_seconds).
+  - >-
+    Connection settings come from O(kubeconfig) and O(context), else C(K8S_AUTH_KUBECONFIG), C(KUBECONFIG),
     C(~/.kube/config), else the in-cluster service account.
 options:
   settle_seconds:
@@ -44,11 +56,25 @@ options:
     type: float
     default: four times O(settle_seconds)
   namespace:
-    description: Watch the Pods of this namespace only; default every namespace.
+    description: Watch the Pods, ResourceClaims and Workloads of this namespace only; default every namespace.
     type: str
   label_selector:
-    description: Watch only the Pods with these labels (C(team=ml,tier!=batch)).
+    description: Watch only the Pods with these labels (C(team=ml,tier!=batch)); claims and Workloads are not
+      filtered by it (Kueue does not copy a job's labels to its Workload).
     type: str
+  claims:
+    description: Watch ResourceClaims of NVIDIA's DRA driver (C(resource.k8s.io/v1)).
+    type: bool
+    default: true
+  workloads:
+    description: Watch Kueue Workloads waiting for admission.
+    type: bool
+    default: true
+  kueue_api_version:
+    description: Kueue's Workload API; C(kueue.x-k8s.io/v1beta1) before Kueue 0.15.
+    type: str
+    default: kueue.x-k8s.io/v1beta2
+    choices: [kueue.x-k8s.io/v1beta2, kueue.x-k8s.io/v1beta1]
   kubeconfig:
     description: Path of a kubeconfig file.
     type: str
@@ -70,6 +96,15 @@ EXAMPLES = r"""
     settle_seconds: 60
     namespace: ml-jobs
     kubeconfig: /etc/eda/kubeconfig
+
+# Pods and DRA claims only; Kueue is installed but its Workloads are left to another loop.
+- gpuops.mig.mig_demand:
+    claims: true
+    workloads: false
+
+# An older Kueue (before 0.15) serves Workloads as v1beta1.
+- gpuops.mig.mig_demand:
+    kueue_api_version: kueue.x-k8s.io/v1beta1
 """
 
 
@@ -97,47 +132,69 @@ def _client(args):
     kubeconfig = (args.get("kubeconfig") or os.environ.get("K8S_AUTH_KUBECONFIG")
                   or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config"))
     if os.path.exists(kubeconfig):
-        api_client = config.new_client_from_config(config_file=kubeconfig, context=args.get("context"))
-    else:
-        config.load_incluster_config()
-        api_client = client.ApiClient()
-    return client.CoreV1Api(api_client)
+        return config.new_client_from_config(config_file=kubeconfig, context=args.get("context"))
+    config.load_incluster_config()
+    return client.ApiClient()
 
 
-def _watch(args, deliver, stop):
-    """The blocking side, in a thread: list, then watch from the last resourceVersion, until ``stop``.
+# What the messages call each kind.
+_WHAT = {demand.PODS: "pods", demand.CLAIMS: "ResourceClaims", demand.WORKLOADS: "Kueue Workloads"}
 
-    ``deliver(kind, payload)`` hands ("listed", pods) and ("event", (type, pod)) to the event loop, and
-    ("error", text) for what the loop should log.
+
+def _lister(api_client, kind, api, args):
+    """(list function, its positional arguments, its keyword arguments) of one kind, namespaced or not."""
+    from kubernetes import client
+
+    namespace = args.get("namespace")
+    if kind == demand.PODS:
+        core = client.CoreV1Api(api_client)
+        selector = {"label_selector": args.get("label_selector") or ""}
+        if namespace:
+            return core.list_namespaced_pod, (), dict(selector, namespace=namespace)
+        return core.list_pod_for_all_namespaces, (), selector
+    group, version, plural = api
+    custom = client.CustomObjectsApi(api_client)   # any client version, whatever models it ships
+    if namespace:
+        return custom.list_namespaced_custom_object, (group, version, namespace, plural), {}
+    return custom.list_cluster_custom_object, (group, version, plural), {}
+
+
+def _watch(kind, api, args, deliver, stop):
+    """The blocking side of one kind, in a thread: list, then watch from the last resourceVersion, until ``stop``.
+
+    ``deliver(kind, what, payload)`` hands ("listed", objects) and ("event", (type, object)) to the event loop,
+    and ("error", text) and ("note", text) for what the loop should log. Pods are always served; a kind the
+    cluster does not serve (404: no Kueue CRD, no resource.k8s.io/v1) is said once, counts as none, and is
+    looked for again every watch_timeout_seconds.
     """
     from kubernetes import watch
     from kubernetes.client.rest import ApiException
 
     backoff = demand.Backoff(most=float(args.get("reconnect_max_seconds", 30)))
     timeout = int(args.get("watch_timeout_seconds", 300))
-    namespace, selector = args.get("namespace"), args.get("label_selector") or ""
-    api = resource_version = None
+    what = "%s (%s)" % (_WHAT[kind], "/".join(part for part in api[:2] if part))
+    api_client = resource_version = None
+    absent = False
     while not stop.is_set():
         try:
-            if api is None:
-                api = _client(args)
-            if namespace:
-                lister, list_args = api.list_namespaced_pod, {"namespace": namespace}
-            else:
-                lister, list_args = api.list_pod_for_all_namespaces, {}
+            if api_client is None:
+                api_client = _client(args)
+            lister, positional, named = _lister(api_client, kind, api, args)
             if resource_version is None:
-                listing = lister(label_selector=selector, _preload_content=False, _request_timeout=30, **list_args)
-                body = _json(listing)
+                body = _json(lister(*positional, _preload_content=False, _request_timeout=30, **named))
                 resource_version = body["metadata"]["resourceVersion"]
-                deliver("listed", body.get("items") or [])
-            stream = watch.Watch().stream(lister, label_selector=selector, resource_version=resource_version,
+                deliver(kind, "listed", body.get("items") or [])
+                if absent:
+                    deliver(kind, "note", "%s are served now: watching them" % what)
+                    absent = False
+            stream = watch.Watch().stream(lister, *positional, resource_version=resource_version,
                                           timeout_seconds=timeout, allow_watch_bookmarks=True,
-                                          _request_timeout=timeout + 30, **list_args)
+                                          _request_timeout=timeout + 30, **named)
             for event in stream:
                 obj = event.get("raw_object") or {}  # the dict the API sent
                 resource_version = (obj.get("metadata") or {}).get("resourceVersion") or resource_version
                 if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                    deliver("event", (event["type"], obj))
+                    deliver(kind, "event", (event["type"], obj))
                 elif event.get("type") == "ERROR" and obj.get("code") == 410:
                     resource_version = None
                     break
@@ -148,10 +205,19 @@ def _watch(args, deliver, stop):
             if exc.status == 410:  # the history is gone: list again
                 resource_version = None
                 continue
-            deliver("error", "the Kubernetes API answered %s %s" % (exc.status, exc.reason))
+            if exc.status == 404 and kind != demand.PODS:
+                resource_version = None
+                if not absent:
+                    deliver(kind, "listed", [])   # a CRD removed mid-watch takes its objects' demand with it
+                    deliver(kind, "note", "%s are not served by this cluster: not watched" % what)
+                    absent = True
+                stop.wait(timeout)
+                continue
+            deliver(kind, "error", "the Kubernetes API answered %s %s for %s" % (exc.status, exc.reason, what))
             stop.wait(backoff.failed())
         except Exception as exc:  # connection refused or reset: keep the resourceVersion, reconnect later
-            deliver("error", "watching pods failed: %s" % (str(exc).splitlines() or [exc.__class__.__name__])[0])
+            deliver(kind, "error", "watching %s failed: %s"
+                    % (what, (str(exc).splitlines() or [exc.__class__.__name__])[0]))
             stop.wait(backoff.failed())
 
 
@@ -164,33 +230,40 @@ def _json(response):
 
 
 async def main(queue, args):
-    """Watch pods and put one event on ``queue`` per settled change of the pending MIG demand."""
+    """Watch pods, ResourceClaims and Kueue Workloads and put one event on ``queue`` per settled change of the
+    pending MIG demand they make together."""
     args = dict(args or {})
+    kinds = demand.watched_kinds(args)
     tracker = demand.DemandTracker()
     debouncer = demand.Debouncer(args.get("settle_seconds", 30), args.get("max_wait_seconds"))
     loop = asyncio.get_running_loop()
     inbox = asyncio.Queue()
     stop = threading.Event()
 
-    def deliver(kind, payload):
-        loop.call_soon_threadsafe(inbox.put_nowait, (kind, payload))
+    def deliver(kind, what, payload):
+        loop.call_soon_threadsafe(inbox.put_nowait, (kind, what, payload))
 
-    thread = threading.Thread(target=_watch, args=(args, deliver, stop), name="mig-demand-watch", daemon=True)
-    thread.start()
+    for kind, api in kinds.items():
+        threading.Thread(target=_watch, args=(kind, api, args, deliver, stop), name="mig-demand-watch-" + kind,
+                         daemon=True).start()
     try:
         while True:
             try:
-                kind, payload = await asyncio.wait_for(inbox.get(), timeout=debouncer.wait(time.time()))
+                kind, what, payload = await asyncio.wait_for(inbox.get(), timeout=debouncer.wait(time.time()))
             except asyncio.TimeoutError:
-                kind = None
-            if kind == "listed":
-                tracker.replace(payload)
-            elif kind == "event":
-                tracker.apply(*payload)
-            elif kind == "error":
+                what = None
+            if what == "listed":
+                tracker.replace(payload, kind)
+            elif what == "event":
+                tracker.apply(*payload, kind=kind)
+            elif what == "error":
                 print("gpuops.mig.mig_demand: %s; reconnecting" % payload, file=sys.stderr, flush=True)
+            elif what == "note":
+                print("gpuops.mig.mig_demand: %s" % payload, file=sys.stderr, flush=True)
+            for warning in tracker.take_warnings():
+                print("gpuops.mig.mig_demand: %s" % warning, file=sys.stderr, flush=True)
             now = time.time()
-            if kind in ("listed", "event"):
+            if what in ("listed", "event"):
                 debouncer.observe(tracker.snapshot(now), now)
             ready = debouncer.due(now)
             if ready is not None:

@@ -135,3 +135,122 @@ def test_backoff_doubles_up_to_its_limit_and_resets():
     assert [backoff.failed() for _attempt in range(5)] == [1, 2, 4, 5, 5]
     backoff.succeeded()
     assert backoff.failed() == 1
+
+
+# ----- ResourceClaims and Kueue Workloads beside pods (one demand) -----------------------------------------
+
+MIG_7G = "nvidia.com/mig-7g.999gb"
+
+
+def claim(name, profile="1g.10gb", count=1, device_class="mig.nvidia.com", allocated=False,
+          created="2026-11-25T08:00:00Z"):
+    exactly = {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}
+    if profile:
+        exactly["selectors"] = [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == '%s'"
+                                                       % profile}}]
+    manifest = {"metadata": {"name": name, "namespace": "default", "creationTimestamp": created},
+                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}}
+    if allocated:
+        manifest["status"] = {"allocation": {"devices": {"results": [{"request": "gpu", "device": "gpu-0-mig"}]}}}
+    return manifest
+
+
+def workload(name, count, requests, admitted=False, created="2026-11-25T08:00:00Z"):
+    conditions = [{"type": "QuotaReserved", "status": "True" if admitted else "False"}]
+    if admitted:
+        conditions.append({"type": "Admitted", "status": "True"})
+    return {"metadata": {"name": name, "namespace": "default", "creationTimestamp": created,
+                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name}]},
+            "spec": {"podSets": [{"name": "main", "count": count, "template": {"spec": {"containers": [
+                {"name": "c", "resources": {"limits": dict(requests)}}]}}}]},
+            "status": {"conditions": conditions}}
+
+
+def test_claim_request_reads_pending_mig_claims_as_the_planner_does():
+    assert d.claim_request(claim("a", count=2)) == ({MIG_1G: 2}, None)
+    assert d.claim_request(claim("me", profile="1g.10gb+me")) == ({"nvidia.com/mig-1g.10gb.me": 1}, None)
+    assert d.claim_request(claim("done", allocated=True)) == ({}, None)
+    assert d.claim_request(claim("whole", device_class="gpu.nvidia.com")) == ({}, None)
+    assert d.claim_request(claim("any", profile=None)) == ({}, None)     # unresolved for the planner too
+    going = claim("going")
+    going["metadata"]["deletionTimestamp"] = "2026-11-25T08:00:00Z"
+    assert d.claim_request(going) == ({}, None)
+    bad = claim("bad")
+    bad["spec"]["devices"]["requests"] = "gpu"
+    asked, warning = d.claim_request(bad)
+    assert asked == {} and "claim default/bad" in warning and "spec.devices.requests must be a list" in warning
+
+
+def test_workload_request_reads_waiting_pod_sets_times_their_count():
+    assert d.workload_request(workload("train", 3, {MIG_3G: 1, "cpu": 2})) == ({MIG_3G: 3}, None)
+    assert d.workload_request(workload("in", 3, {MIG_3G: 1}, admitted=True)) == ({}, None)
+    asked, warning = d.workload_request(workload("odd", "3", {MIG_3G: 1}))
+    assert asked == {} and warning.startswith("Kueue Workload default/odd skipped") and "count" in warning
+
+
+def test_tracker_aggregates_pods_claims_and_workloads_into_one_demand():
+    tracker = d.DemandTracker()
+    tracker.replace([pod("p", limits={MIG_1G: 1}, created="2026-11-25T08:00:30Z")], d.PODS)
+    tracker.replace([claim("c", count=2, created="2026-11-25T08:00:00Z"), claim("done", allocated=True)], d.CLAIMS)
+    tracker.replace([workload("w", 2, {MIG_3G: 1}, created="2026-11-25T08:01:00Z")], d.WORKLOADS)
+    now = 1795593600 + 90
+    snap_all = tracker.snapshot(now)
+    assert snap_all["profiles"] == {MIG_1G: 3, MIG_3G: 2}
+    assert (snap_all["pods"], snap_all["claims"], snap_all["workloads"], snap_all["waiting"]) == (1, 1, 1, 3)
+    assert snap_all["oldest_pending_seconds"] == 90          # the claim is the oldest
+    assert snap_all["fingerprint"] == d.fingerprint({MIG_1G: 3, MIG_3G: 2}, 1, 1, 1)
+    # The claim is allocated, the Workload admitted: both leave; a re-listing of pods keeps the others.
+    assert tracker.apply("MODIFIED", claim("c", count=2, allocated=True), d.CLAIMS) is True
+    assert tracker.apply("MODIFIED", workload("w", 2, {MIG_3G: 1}, admitted=True), d.WORKLOADS) is True
+    tracker.replace([pod("p", limits={MIG_1G: 1})], d.PODS)
+    after = tracker.snapshot(now)
+    assert after["profiles"] == {MIG_1G: 1} and (after["claims"], after["workloads"], after["waiting"]) == (0, 0, 1)
+    # A pod-only demand has the fingerprint it had before claims and Workloads were watched.
+    assert after["fingerprint"] == d.fingerprint({MIG_1G: 1}, 1)
+    # A pod and a claim with the same name are two objects.
+    tracker.apply("ADDED", claim("p"), d.CLAIMS)
+    assert tracker.snapshot(now)["profiles"] == {MIG_1G: 2}
+
+
+def test_unreadable_objects_are_skipped_with_one_warning_each():
+    tracker = d.DemandTracker()
+    bad = workload("odd", -1, {MIG_3G: 1})
+    tracker.replace([bad, workload("ok", 1, {MIG_3G: 1})], d.WORKLOADS)
+    assert [w.split(":")[0] for w in tracker.take_warnings()] == ["Kueue Workload default/odd skipped, its demand "
+                                                                  "is not counted"]
+    tracker.apply("MODIFIED", bad, d.WORKLOADS)
+    tracker.replace([bad, workload("ok", 1, {MIG_3G: 1})], d.WORKLOADS)   # a re-listing says nothing again
+    assert tracker.take_warnings() == []
+    assert tracker.snapshot(0)["profiles"] == {MIG_3G: 1}
+
+
+def test_demand_for_a_profile_no_gpu_offers_is_reported_once_per_fingerprint():
+    tracker, deb = d.DemandTracker(), d.Debouncer(5)
+    tracker.replace([claim("huge", profile="7g.999gb")], d.CLAIMS)
+    deb.observe(tracker.snapshot(0), 0)
+    assert deb.due(5)["profiles"] == {MIG_7G: 1}
+    for t in (10, 20, 30):   # re-listings after reconnects, the same claim modified: nothing new
+        tracker.replace([claim("huge", profile="7g.999gb")], d.CLAIMS)
+        tracker.apply("MODIFIED", claim("huge", profile="7g.999gb"), d.CLAIMS)
+        deb.observe(tracker.snapshot(t), t)
+        assert deb.due(t + 6) is None
+
+
+def test_watched_kinds_follow_the_options():
+    assert d.watched_kinds({}) == {d.PODS: ("", "v1", "pods"),
+                                   d.CLAIMS: ("resource.k8s.io", "v1", "resourceclaims"),
+                                   d.WORKLOADS: ("kueue.x-k8s.io", "v1beta2", "workloads")}
+    assert list(d.watched_kinds({"claims": False, "workloads": "False"})) == [d.PODS]
+    assert d.watched_kinds({"kueue_api_version": "kueue.x-k8s.io/v1beta1"})[d.WORKLOADS][1] == "v1beta1"
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"claims": "maybe"}, "claims must be true or false, got 'maybe'"),
+    ({"workloads": 1}, "workloads must be true or false, got 1"),
+    ({"kueue_api_version": "v1beta2"}, "kueue_api_version must be one of kueue.x-k8s.io/v1beta2, "
+                                       "kueue.x-k8s.io/v1beta1, got 'v1beta2'"),
+])
+def test_bad_kind_options_are_refused_with_their_name(args, message):
+    with pytest.raises(d.DemandError) as err:
+        d.watched_kinds(args)
+    assert str(err.value) == message
