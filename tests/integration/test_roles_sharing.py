@@ -2,6 +2,7 @@
 the layout inside the cordoned window, validation expects devices x replicas, bad input changes nothing."""
 
 import os
+import re
 import subprocess
 
 import gpuops_mig_sim as sim
@@ -79,8 +80,12 @@ def test_time_sliced_node_changes_layout_and_validates(fleet, kube_api):
     node = kube_api.get("Node", "ts-1")
     second = node["metadata"]["labels"][CONFIG_LABEL]
     assert second != entry and seen == [(True, entry), (True, second)]
-    assert {k: v for k, v in node["status"]["allocatable"].items() if k.startswith("nvidia.com/mig-")} == {
-        "nvidia.com/mig-1g.10gb.shared": "4", "nvidia.com/mig-3g.40gb": "1"}
+    # mig-1g.10gb, which the kubelet kept at 0, is gone from the Node's status after validation.
+    for field in ("capacity", "allocatable"):
+        assert {k: v for k, v in node["status"][field].items() if k.startswith("nvidia.com/mig-")} == {
+            "nvidia.com/mig-1g.10gb.shared": "4", "nvidia.com/mig-3g.40gb": "1"}
+    assert re.search(r"TASK \[gpuops.mig.mig_node : Remove the MIG resources the node no longer has from its status\] "
+                     r"\**\nchanged:", proc.stdout), output(proc)
     assert not node["spec"].get("unschedulable")
 
     # The same again: converged, nothing written.
