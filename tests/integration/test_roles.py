@@ -61,7 +61,10 @@ class Fleet(object):
             **hostvars):
         """A simulated host; with kubernetes, also its node (linked to the GPUs for the plugin/GFD; with
         pod_resources, a socket path, the emulator gives its pods devices and serves them there)."""
-        sim.create_state(self.state_path(name), gpus, seed=name, driver_version=driver)
+        # The driver's /proc under gpuops_sim_root, where mig_device_nodes makes /dev/nvidia-caps current; creating
+        # character devices needs root, so an unprivileged run keeps none (the step then has nothing to do).
+        sim.create_state(self.state_path(name), gpus, seed=name, driver_version=driver,
+                         root=str(self.dir / name) if os.geteuid() == 0 else None)
         if kubernetes:
             labels = {"nvidia.com/gpu.present": "true"}
             labels.update(node_labels or {})
