@@ -46,8 +46,8 @@ def capability_files(state):
             base = "gpu%d/mig/gi%d" % (gpu["index"], gi["id"])
             files[base + "/access"] = (gi_minor(gpu["index"], gi["id"]), MODE_READABLE)
             for ci in gi.get("compute_instances") or []:
-                files["%s/ci%d/access" % (base, ci["id"])] = (ci_minor(gpu["index"], gi["id"], ci["id"]),
-                                                             MODE_READABLE)
+                minor = ci_minor(gpu["index"], gi["id"], ci["id"])
+                files["%s/ci%d/access" % (base, ci["id"])] = (minor, MODE_READABLE)
     return files
 
 
