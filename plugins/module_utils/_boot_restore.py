@@ -19,16 +19,19 @@ when nothing runs on them), then applies the layout with _host_layout (the
 engine of gpuops.mig.mig_config). It never reboots: a mode that stays pending is
 logged and the exit status is 3, so a reboot loop cannot happen. Everything is
 validated and planned before the first change: bad input, or a MIG device with
-processes that would have to go, changes nothing.
+processes that would have to go, changes nothing. With the host's own driver it
+then makes /dev/nvidia-caps current (_nvidia_caps) and regenerates the CDI spec
+the host has (_cdi), so containers get the MIG devices just created.
 
 Exit status: 0 done (or nothing to do), 1 refused before any change (bad input,
-busy devices), 2 NVML or apply failure, 3 MIG mode still pending (a reboot or a
-manual reset is needed).
+busy devices), 2 NVML or apply failure (or the device nodes or CDI spec could not
+be made current), 3 MIG mode still pending (a reboot or a manual reset is needed).
 
 The desired-state file is JSON: {"format": 1, "config": {...mig-parted v1...} or
 "layouts": [...], "config_name": "...", "allow_unmatched": false, "reset": true,
 "nvidia_smi": "nvidia-smi", "driver_root": "auto", "wait_for_driver": 0,
-"installed": "<stamp>"}.
+"device_nodes_root": "/" (null: leave /dev/nvidia-caps alone), "cdi_spec_paths":
+[...] (the first that exists is regenerated), "installed": "<stamp>"}.
 """
 
 from __future__ import annotations
@@ -44,9 +47,11 @@ import sys
 import tempfile
 import time
 
+from ansible_collections.gpuops.mig.plugins.module_utils import _cdi as cdi
 from ansible_collections.gpuops.mig.plugins.module_utils import _errors as errors
 from ansible_collections.gpuops.mig.plugins.module_utils import _host_layout as host_layout
 from ansible_collections.gpuops.mig.plugins.module_utils import _host_mode as host_mode
+from ansible_collections.gpuops.mig.plugins.module_utils import _nvidia_caps as nvidia_caps
 from ansible_collections.gpuops.mig.plugins.module_utils import _nvml as nvml_lib
 
 PACKAGE = "ansible_collections.gpuops.mig.plugins.module_utils"
@@ -72,8 +77,8 @@ EXIT_OK, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_PENDING = 0, 1, 2, 3
 # (gpuops.mig.mig_node_info) derives the restore's stamp from these sources;
 # tests/unit/plugins/module_utils/test__boot_restore.py keeps it equal to what the imports say.
 ENGINE_MODULES = tuple("%s.%s" % (PACKAGE, name) for name in (
-    "_boot_restore", "_bounded_yaml", "_errors", "_gpu_layout", "_gpu_selection", "_host_layout", "_host_mode",
-    "_migparted", "_nvml"))
+    "_boot_restore", "_bounded_yaml", "_cdi", "_errors", "_gpu_layout", "_gpu_selection", "_host_layout",
+    "_host_mode", "_migparted", "_nvidia_caps", "_nvml"))
 
 
 def engine_sources(read_source=None):
@@ -183,10 +188,15 @@ def paths_of(params):
 
 
 def desired_of(params):
-    """The desired state the restore reads at boot (written with the installation's stamp)."""
+    """The desired state the restore reads at boot (written with the installation's stamp). With the host's own
+    driver it also makes /dev/nvidia-caps current and regenerates the CDI spec the host has, under params' root
+    as every other path; a driver container (the GPU Operator's) and its toolkit do both themselves."""
     wait = params.get("wait_for_driver")
     container = params.get("driver_root") not in _HOST_DRIVER
+    root = params.get("root") or ""
     return {
+        "device_nodes_root": None if container else root or "/",
+        "cdi_spec_paths": [] if container else [root + path for path in cdi.DEFAULT_SPEC_PATHS],
         "format": FORMAT,
         "config": params.get("config"),
         "layouts": params.get("layouts"),
@@ -553,9 +563,35 @@ def restore(desired, dry_run=False):
                                        ", ".join("%s x%d" % kv for kv in sorted(devices.items())) or "no MIG devices",
                                        " (would change)" if dry_run and item["changed"] else
                                        " (created)" if item["changed"] else " (already in place)"))
-        return EXIT_OK
+        return fresh_device_files(desired, dry_run)
     finally:
         nvml.__exit__(None, None, None)
+
+
+def fresh_device_files(desired, dry_run=False):
+    """After the layout: /dev/nvidia-caps made current and the host's CDI spec regenerated, so containers get
+    the MIG devices that now exist (absent keys: a restore installed before these steps, nothing to do). Each
+    is tried; a failure is logged and gives EXIT_FAILED."""
+    status = EXIT_OK
+    root = desired.get("device_nodes_root")
+    if root:
+        try:
+            lines = nvidia_caps.refresh(root, check_mode=dry_run)
+            log("/dev/nvidia-caps: %s" % ("; ".join(lines) + (" (would change)" if dry_run else "")
+                                          if lines else "already current"))
+        except errors.GpuopsError as e:
+            log("/dev/nvidia-caps: %s" % e)
+            status = EXIT_FAILED
+    spec = cdi.spec_in_use(desired.get("cdi_spec_paths") or [])
+    if spec:
+        try:
+            changed = cdi.refresh(spec, run_command, check_mode=dry_run)
+            log("CDI spec %s: %s" % (spec, ("would be regenerated" if dry_run else "regenerated") if changed
+                                     else "already lists the current devices"))
+        except errors.GpuopsError as e:
+            log("CDI spec %s: %s" % (spec, e))
+            status = EXIT_FAILED
+    return status
 
 
 def main(argv=None):

@@ -34,6 +34,11 @@ description:
     O(wait_for_driver) seconds for the driver to appear.
   - At boot it validates everything before the first change, never destroys a busy MIG device and never
     reboots; a mode that stays pending is logged (exit status 3).
+  - With the host's own driver, after the layout it makes C(/dev/nvidia-caps) current for the MIG devices it
+    created (as M(gpuops.mig.mig_device_nodes) does) and regenerates the host's CDI spec, the first of
+    C(/etc/cdi/nvidia.yaml) and C(/var/run/cdi/nvidia.yaml) (under O(root)) that exists, replacing it only when it
+    differs (as M(gpuops.mig.mig_cdi_refresh) does). With a driver root (the GPU Operator's driver container) the
+    container owns the device nodes and the operator's toolkit the spec; the restore leaves both alone.
 author:
   - gpuops.mig contributors (@gpuops)
 requirements:

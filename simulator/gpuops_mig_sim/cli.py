@@ -35,6 +35,7 @@ def build_parser():
     create.add_argument("--mig", choices=("enabled", "disabled"), default="disabled",
                         help="initial MIG mode of every MIG-capable GPU (default %(default)s)")
     create.add_argument("--force", action="store_true", help="overwrite an existing state file")
+    create.add_argument("--root", metavar="DIR", help="the host's root directory: the driver's /proc is kept there")
 
     show = commands.add_parser("show", help="print the host: GPUs, MIG layout, processes, quirks, faults")
     show.add_argument("state")
@@ -73,6 +74,8 @@ def build_parser():
     host.add_argument("--driver-root", metavar="DIR|none",
                       help="the driver lives in a container whose root is DIR (the GPU Operator mounts it at "
                            "/run/nvidia/driver); none puts it back on the host")
+    host.add_argument("--root", metavar="DIR|none",
+                      help="the host's root directory: the driver's /proc (MIG capabilities) is kept there")
 
     driver = commands.add_parser("driver-up", help="start the driver container: lay out its root again "
                                                    "(after a boot that emptied /run)")
@@ -112,7 +115,7 @@ def run(args):
         print(sim.format_models())
     elif args.command == "create":
         sim.create_state(args.state, args.gpus, driver_version=args.driver, cuda_driver_version=args.cuda,
-                         seed=args.seed, mig=args.mig, force=args.force)
+                         seed=args.seed, mig=args.mig, force=args.force, root=args.root)
         print(sim.format_state(sim.load_state(args.state)))
     elif args.command == "show":
         state = sim.load_state(args.state)
@@ -131,7 +134,7 @@ def run(args):
         sim.set_host(args.state, passthrough=args.passthrough,
                      mode_change_survives_reboot=args.mode_change_survives_reboot,
                      deny_changes=args.deny_changes, add_clients=actions["add"], remove_clients=actions["remove"],
-                     auto_placement=args.auto_placement, driver_root=args.driver_root)
+                     auto_placement=args.auto_placement, driver_root=args.driver_root, root=args.root)
     elif args.command == "driver-up":
         print(sim.start_driver_container(args.state, args.validations))
     elif args.command == "fault" and args.action == "add":

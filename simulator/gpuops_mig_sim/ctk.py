@@ -15,6 +15,7 @@ import os
 import sys
 
 import gpuops_mig_sim as sim
+from gpuops_mig_sim import procfs
 
 KIND = "nvidia.com/gpu"
 CDI_VERSION = "0.5.0"
@@ -32,8 +33,9 @@ def devices(state):
         mig_index = 0
         for gi in sorted(gpu.get("gpu_instances") or [] if enabled else [], key=lambda g: g["id"]):
             for ci in sorted(gi.get("compute_instances") or [], key=lambda c: c["id"]):
+                caps = (procfs.gi_minor(gpu["index"], gi["id"]), procfs.ci_minor(gpu["index"], gi["id"], ci["id"]))
                 found.append((["%d:%d" % (gpu["index"], mig_index), ci["uuid"]],
-                              nodes + ["/dev/nvidia-caps/nvidia-cap-gi%d-ci%d" % (gi["id"], ci["id"])]))
+                              nodes + ["/dev/nvidia-caps/nvidia-cap%d" % minor for minor in caps]))
                 mig_index += 1
     return found
 

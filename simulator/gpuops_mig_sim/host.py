@@ -11,7 +11,7 @@ import re
 import sys
 import uuid
 
-from . import models
+from . import models, procfs
 from .library import normalise_function, symbol_names
 from .state import (
     AUTO_PLACEMENTS, DEFAULT_CUDA_DRIVER_VERSION, DEFAULT_DRIVER_VERSION, DEFAULT_SEED, ERRORS,
@@ -73,11 +73,12 @@ def _boot_id(seed, boot_count):
 
 
 def create_state(path, gpus, driver_version=DEFAULT_DRIVER_VERSION, cuda_driver_version=DEFAULT_CUDA_DRIVER_VERSION,
-                 nvml_version=None, seed=DEFAULT_SEED, mig="disabled", force=False):
+                 nvml_version=None, seed=DEFAULT_SEED, mig="disabled", force=False, root=None):
     """Write a new simulated host to `path` and return its state.
 
     gpus: a spec string or a list of them, e.g. "8xH100-SXM5-80GB" or ["2xA100-SXM4-40GB", "1xA30-24GB"].
     mig: "enabled"/"disabled" (or a bool) for every MIG-capable GPU, current and pending alike.
+    root: the host's root directory, under which the driver's /proc is kept (procfs.py).
     """
     path = os.path.abspath(path)
     keys = parse_gpus_spec(gpus)
@@ -109,6 +110,7 @@ def create_state(path, gpus, driver_version=DEFAULT_DRIVER_VERSION, cuda_driver_
             "clients": [],
             "auto_placement": "highest",
             "driver_root": None,
+            "root": _host_root(root),
         },
         "next_serial": 1,
         "gpus": [],
@@ -128,7 +130,16 @@ def create_state(path, gpus, driver_version=DEFAULT_DRIVER_VERSION, cuda_driver_
         })
     with locked(path):
         write_file(path, dump(state))
+        procfs.write_proc(state)
     return state
+
+
+def _host_root(root):
+    if root is None or str(root).lower() in ("", "none"):
+        return None
+    if not os.path.isabs(str(root)):
+        raise SimulatorError("the host root must be an absolute path, not %r" % (root,))
+    return os.path.normpath(str(root))
 
 
 def _edit(path):
@@ -198,8 +209,10 @@ def clear_processes(path, gpu=None):
 
 
 def set_host(path, passthrough=None, mode_change_survives_reboot=None, deny_changes=None,
-             add_clients=(), remove_clients=(), auto_placement=None, driver_root=None):
+             add_clients=(), remove_clients=(), auto_placement=None, driver_root=None, root=None):
     """Change host quirks; arguments left as None stay as they are.
+
+    root: the host's root directory, under which the driver's /proc is kept (procfs.py); "" or "none": none.
 
     driver_root: the root of a containerized driver (the GPU Operator's driver
     container mounts it at /run/nvidia/driver), which start_driver_container()
@@ -223,6 +236,8 @@ def set_host(path, passthrough=None, mode_change_survives_reboot=None, deny_chan
             if client not in host["clients"]:
                 raise SimulatorError("no host client %r (clients: %s)" % (client, ", ".join(host["clients"]) or "none"))
             host["clients"].remove(client)
+        if root is not None:
+            host["root"] = _host_root(root)
         if driver_root is not None:
             if str(driver_root).lower() in ("", "none"):
                 host["driver_root"] = None
@@ -395,6 +410,7 @@ def reboot(path):
             elif state["host"]["mode_change_survives_reboot"]:
                 gpu["mig"]["current"] = gpu["mig"]["pending"]
         state["processes"] = []
+        procfs.fresh_dev(state)
         return state["boot_id"]
 
 

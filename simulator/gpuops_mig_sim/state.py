@@ -17,7 +17,7 @@ import re
 import tempfile
 import uuid
 
-from . import models
+from . import models, procfs
 
 STATE_ENV = "GPUOPS_MIG_SIMULATE"
 FORMAT_VERSION = 1
@@ -179,6 +179,7 @@ class StateStore(object):
             if new_text != text:
                 write_file(self.path, new_text)
                 key = _stat_key(os.stat(self.path))   # we hold the lock: nobody replaced it since
+                procfs.write_proc(state)              # the driver's /proc follows its GPUs
             self._key, self._state = key, state
 
 

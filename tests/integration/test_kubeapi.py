@@ -441,7 +441,23 @@ def test_device_plugin_pods_publish_what_the_gpus_hold_when_they_start(kube_api,
     assert kube_api.get("Node", "gpu-1")["status"]["allocatable"]["nvidia.com/mig-1g.5gb"] == "1"
     plugin, = kube_api.list("Pod", "nvidia", label_selector="app.kubernetes.io/name=nvidia-device-plugin")
     kube_api.delete("Pod", plugin["metadata"]["name"], "nvidia")  # ...and the plugin sees that on restart
-    assert not [k for k in kube_api.get("Node", "gpu-1")["status"]["allocatable"] if k.startswith("nvidia.com/")]
+    # The kubelet keeps what the plugin no longer advertises at 0 until the node restarts (k8s-device-plugin #214)...
+    status = kube_api.get("Node", "gpu-1")["status"]
+    assert {k: v for k, v in status["allocatable"].items() if k.startswith("nvidia.com/")} == {
+        "nvidia.com/mig-3g.20gb": "0", "nvidia.com/mig-1g.5gb": "0"}
+    assert status["capacity"]["nvidia.com/mig-1g.5gb"] == "0" and status["capacity"]["cpu"] == "16"
+    # ...and a JSON patch of the Node's status removes it; a failed test operation changes nothing (422).
+    core = k8s_client.CoreV1Api(k8s_config.new_client_from_config(kube_api.kubeconfig))
+    gone = [{"op": "test", "path": "/status/capacity/nvidia.com~1mig-1g.5gb", "value": "1"},
+            {"op": "remove", "path": "/status/capacity/nvidia.com~1mig-1g.5gb"}]
+    with pytest.raises(k8s_client.ApiException) as refused:
+        core.patch_node_status("gpu-1", gone)
+    assert refused.value.status == 422 and kube_api.get("Node", "gpu-1")["status"] == status
+    core.patch_node_status("gpu-1", [dict(gone[0], value="0")] + gone[1:] + [
+        {"op": "remove", "path": "/status/allocatable/nvidia.com~1mig-1g.5gb"}])
+    status = kube_api.get("Node", "gpu-1")["status"]
+    assert "nvidia.com/mig-1g.5gb" not in status["capacity"] and "nvidia.com/mig-1g.5gb" not in status["allocatable"]
+    assert status["allocatable"]["nvidia.com/mig-3g.20gb"] == "0" and status["allocatable"]["cpu"] == "16"
     assert node_labels(kube_api, "gpu-1")["nvidia.com/mig-1g.5gb.count"] == "1"  # GFD has not restarted
 
     # migStrategy=single on a MIG-enabled GPU without instances: the plugin crash-loops, GFD says INVALID.

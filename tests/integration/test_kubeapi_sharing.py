@@ -57,7 +57,8 @@ def select(api, entry):
 
 def advertised(api):
     node = api.get("Node", "gpu-1")
-    return ({k: v for k, v in node["status"]["allocatable"].items() if k.startswith("nvidia.com/")},
+    # Without the zeros the kubelet keeps for what the plugin advertised before (deviceplugin.py).
+    return ({k: v for k, v in node["status"]["allocatable"].items() if k.startswith("nvidia.com/") and v != "0"},
             node["metadata"]["labels"])
 
 

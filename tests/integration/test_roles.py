@@ -61,7 +61,10 @@ class Fleet(object):
             **hostvars):
         """A simulated host; with kubernetes, also its node (linked to the GPUs for the plugin/GFD; with
         pod_resources, a socket path, the emulator gives its pods devices and serves them there)."""
-        sim.create_state(self.state_path(name), gpus, seed=name, driver_version=driver)
+        # The driver's /proc under gpuops_sim_root, where mig_device_nodes makes /dev/nvidia-caps current; creating
+        # character devices needs root, so an unprivileged run keeps none (the step then has nothing to do).
+        sim.create_state(self.state_path(name), gpus, seed=name, driver_version=driver,
+                         root=str(self.dir / name) if os.geteuid() == 0 else None)
         if kubernetes:
             labels = {"nvidia.com/gpu.present": "true"}
             labels.update(node_labels or {})
@@ -350,7 +353,8 @@ def test_node_check_mode_changes_nothing(kube_api, kube_env, tmp_path):
     assert "layout 'custom' is not in place: MIG mode change and geometry change needed" in proc.stdout
     assert {name: fleet.digest(name) for name in before} == before
     assert json.dumps([kube_api.list(kind) for kind in ("Node", "Pod")], sort_keys=True) == objects
-    assert not (fleet.dir / "node-e").exists()
+    root = fleet.dir / "node-e"      # nothing under the host's root but the driver's /proc (the simulator's)
+    assert not root.exists() or sorted(p.name for p in root.iterdir()) == ["proc"]
 
 
 def test_preview_reads_a_configmap_named_in_play_vars_and_checks_the_role_variables(kube_api, kube_env, tmp_path):

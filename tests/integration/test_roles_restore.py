@@ -35,7 +35,12 @@ def host(tmp_path):
                SYSTEMD_UNIT_PATH=str(tmp_path / "units"))
     # Nothing of the checkout may leak in: the engine must come from the copy (the simulator
     # comes from the venv's path, as on a test host).
+    # A simulator directory on PYTHONPATH (a checkout's simulator/ under test) is kept.
+    simulators = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and
+                  os.path.isdir(os.path.join(p, "gpuops_mig_sim")) and not os.path.isdir(os.path.join(p, "plugins"))]
     env.pop("PYTHONPATH", None)
+    if simulators:
+        env["PYTHONPATH"] = os.pathsep.join(simulators)
 
     class Host(object):
         path = state
@@ -134,3 +139,65 @@ def test_simulated_systemctl_holds_gpu_clients_and_boots_enabled_units(host):
     assert state["host"]["clients"] == ["nvidia-dcgm"]                  # enabled client started again
     assert [len(g["gpu_instances"]) for g in state["gpus"]] == [1]      # the restore ran at boot
     assert "gpuops-mig-restore.service: exit 0" in (host.dir / "host.json.boot.log").read_text()
+
+
+def cdi_devices(path):
+    """{device name: its device nodes} of a CDI spec."""
+    import yaml
+    return dict((d["name"], sorted(n["path"] for n in d["containerEdits"]["deviceNodes"]))
+                for d in yaml.safe_load(path.read_text())["devices"])
+
+
+def caps_nodes(root):
+    """{name: (major, minor)} of <root>/dev/nvidia-caps."""
+    directory = root / "dev" / "nvidia-caps"
+    return dict((p.name, (os.major(p.lstat().st_rdev), os.minor(p.lstat().st_rdev)))
+                for p in sorted(directory.iterdir())) if directory.exists() else {}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="creating character devices needs root")
+def test_after_a_reboot_the_restore_makes_device_nodes_and_the_cdi_spec_current(host):
+    root = host.dir / "root"
+    sim.create_state(host.path, "1xA100-SXM4-40GB", mig="enabled", root=str(root))
+    spec = root / "etc" / "cdi" / "nvidia.yaml"
+    spec.parent.mkdir(parents=True)
+    generate = [os.path.join(SIM_BIN, "nvidia-ctk"), "cdi", "generate", "--output=%s" % spec]
+    subprocess.run(generate, env=dict(os.environ, GPUOPS_MIG_SIMULATE=host.path), check=True)
+    desired = host.desired(layouts=[{"gpus": "all", "devices": {"3g.20gb": 2}}], device_nodes_root=str(root),
+                           cdi_spec_paths=[str(root / "var" / "run" / "cdi" / "nvidia.yaml"), str(spec)])
+
+    def current():
+        """The spec lists exactly the MIG devices there are, and /dev/nvidia-caps holds exactly their nodes."""
+        state = sim.load_state(host.path)
+        gis = sorted(state["gpus"][0]["gpu_instances"], key=lambda gi: gi["id"])
+        mig = dict((name, nodes) for name, nodes in cdi_devices(spec).items() if ":" in name or name.startswith("MIG-"))
+        assert sorted(n for n in mig if ":" in n) == ["0:%d" % i for i in range(len(gis))]
+        assert sorted(n for n in mig if n.startswith("MIG-")) == sorted(gi["compute_instances"][0]["uuid"]
+                                                                        for gi in gis)
+        wanted = {"nvidia-cap1": (237, 1), "nvidia-cap2": (237, 2)}
+        for gi in gis:
+            wanted["nvidia-cap%d" % (3 + 9 * gi["id"])] = (237, 3 + 9 * gi["id"])
+            wanted["nvidia-cap%d" % (4 + 9 * gi["id"])] = (237, 4 + 9 * gi["id"])
+        assert caps_nodes(root) == wanted
+        for nodes in mig.values():      # every node a MIG device's spec entry names exists
+            assert all(os.path.exists(str(root) + n) for n in nodes if "nvidia-caps" in n)
+        return len(gis)
+
+    first = host.restore(desired)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert current() == 2
+    assert "CDI spec %s: regenerated" % spec in first.stdout and "created (gpu0/mig/gi" in first.stdout
+
+    # A reboot: no GPU instance, an empty /dev/nvidia-caps, and a spec that still lists the old MIG devices.
+    sim.reboot(host.path)
+    assert caps_nodes(root) == {} and len([n for n in cdi_devices(spec) if ":" in n]) == 2
+    (root / "dev" / "nvidia-caps").mkdir(parents=True)
+    os.mknod(str(root / "dev" / "nvidia-caps" / "nvidia-cap120"), 0o600 | 0o020000, os.makedev(237, 120))  # stale
+    at_boot = host.restore(desired)
+    assert at_boot.returncode == 0, at_boot.stdout + at_boot.stderr
+    assert current() == 2 and "nvidia-cap120 removed (no such capability)" in at_boot.stdout
+    assert "CDI spec %s: regenerated" % spec in at_boot.stdout
+
+    again = host.restore(desired)
+    assert again.returncode == 0 and "/dev/nvidia-caps: already current" in again.stdout, again.stdout
+    assert "CDI spec %s: already lists the current devices" % spec in again.stdout

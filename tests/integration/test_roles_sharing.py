@@ -2,6 +2,7 @@
 the layout inside the cordoned window, validation expects devices x replicas, bad input changes nothing."""
 
 import os
+import re
 import subprocess
 
 import gpuops_mig_sim as sim
@@ -79,8 +80,12 @@ def test_time_sliced_node_changes_layout_and_validates(fleet, kube_api):
     node = kube_api.get("Node", "ts-1")
     second = node["metadata"]["labels"][CONFIG_LABEL]
     assert second != entry and seen == [(True, entry), (True, second)]
-    assert {k: v for k, v in node["status"]["allocatable"].items() if k.startswith("nvidia.com/mig-")} == {
-        "nvidia.com/mig-1g.10gb.shared": "4", "nvidia.com/mig-3g.40gb": "1"}
+    # mig-1g.10gb, which the kubelet kept at 0, is gone from the Node's status after validation.
+    for field in ("capacity", "allocatable"):
+        assert {k: v for k, v in node["status"][field].items() if k.startswith("nvidia.com/mig-")} == {
+            "nvidia.com/mig-1g.10gb.shared": "4", "nvidia.com/mig-3g.40gb": "1"}
+    assert re.search(r"TASK \[gpuops.mig.mig_node : Remove the MIG resources the node no longer has from its status\] "
+                     r"\**\nchanged:", proc.stdout), output(proc)
     assert not node["spec"].get("unschedulable")
 
     # The same again: converged, nothing written.
@@ -131,3 +136,29 @@ def test_the_cdi_spec_lists_the_new_mig_devices(kube_api, kube_env, tmp_path):
     assert len([n for n in names if n.startswith("MIG-")]) == 2
     assert sorted(p.name for p in spec.parent.iterdir()) == ["nvidia.yaml"]  # nothing left beside the spec
     assert "Regenerate the host's CDI spec for the new MIG devices" in proc.stdout
+    assert_device_nodes_current(fleet.dir / "cdi-1", state, spec)
+
+    # Another layout: the nodes of the instances that went are removed, the new ones created.
+    fleet.hosts["cdi-1"]["mig_node_layouts"] = [{"gpus": "all", "devices": {"7g.40gb": 1}}]
+    proc = fleet.run(PLAYBOOK, FAST)
+    assert proc.recap["cdi-1"]["failed"] == 0, output(proc)
+    assert [n for n in cdi_names(spec) if ":" in n] == ["0:0"]
+    assert assert_device_nodes_current(fleet.dir / "cdi-1", state, spec) == 1
+    assert re.search(r"TASK \[gpuops.mig.mig_node : Make /dev/nvidia-caps current for the new MIG devices\] \**\n"
+                     r"changed:", proc.stdout), output(proc)
+
+
+def assert_device_nodes_current(root, state, spec):
+    """<root>/dev/nvidia-caps holds exactly the capability nodes of the GPU's instances (and mig/config, monitor),
+    and every one the CDI spec names; returns the number of GPU instances."""
+    if os.geteuid() != 0:       # no driver /proc without root (test_roles.Fleet): nothing to check
+        return len(sim.load_state(state)["gpus"][0]["gpu_instances"])
+    gis = sim.load_state(state)["gpus"][0]["gpu_instances"]
+    minors = [1, 2] + [m for gi in gis for m in (3 + 9 * gi["id"], 3 + 9 * gi["id"] + 1 + gi["compute_instances"][0]["id"])]
+    directory = root / "dev" / "nvidia-caps"
+    found = dict((p.name, os.minor(p.lstat().st_rdev)) for p in directory.iterdir())
+    assert found == dict(("nvidia-cap%d" % m, m) for m in minors)
+    named = [n["path"] for d in yaml.safe_load(spec.read_text())["devices"]
+             for n in d["containerEdits"]["deviceNodes"] if "nvidia-caps" in n["path"]]
+    assert named and all(os.path.basename(path) in found for path in named)
+    return len(gis)

@@ -9,7 +9,8 @@ reads the state file when a device-plugin or GFD pod appears on the node
 - a plugin pod publishes node capacity/allocatable `nvidia.com/gpu` and
   `nvidia.com/mig-<profile>` for the MIG_STRATEGY of its container env (none without one: the
   operator sets none for a ClusterPolicy without mig.strategy and leaves the plugin to its default,
-  NVIDIA/gpu-operator controllers/object_controls.go applyMIGConfiguration);
+  NVIDIA/gpu-operator controllers/object_controls.go applyMIGConfiguration); a resource it no longer
+  advertises stays at 0, as the kubelet keeps it, until a patch of the Node's status removes it;
 - a GFD pod publishes the GFD labels (`nvidia.com/gpu.product`, `.count`,
   `nvidia.com/mig.capable`, `nvidia.com/mig.strategy`, `nvidia.com/mig-<profile>.count`, ...).
 
@@ -103,9 +104,11 @@ def reconcile(cluster):
 
 
 def _publish_resources(cluster, node, view):
+    """The kubelet's view of the plugin's resources. A resource the plugin no longer advertises stays at 0, as
+    a real kubelet keeps it until the node restarts (k8s-device-plugin #214, #240); a status patch may remove it."""
     status = node.get("status") or {}
     for field in ("capacity", "allocatable"):
-        kept = {k: v for k, v in (status.get(field) or {}).items() if not k.startswith("nvidia.com/")}
+        kept = {k: ("0" if k.startswith("nvidia.com/") else v) for k, v in (status.get(field) or {}).items()}
         status[field] = dict(kept, **{k: str(v) for k, v in view["resources"].items()})
     cluster.set_status("Node", node["metadata"]["name"], status)
 

@@ -126,7 +126,12 @@ def test_host_quirks(host):
                      "off", "--client", "add", "nvidia-dcgm", "--client", "add", "nvsm", "--auto-placement", "lowest")
     assert result.returncode == 0, result.stderr
     assert state_of(host)["host"] == {"passthrough": True, "deny_changes": True, "mode_change_survives_reboot": False,
-                                      "clients": ["nvidia-dcgm", "nvsm"], "auto_placement": "lowest", "driver_root": None}
+                                      "clients": ["nvidia-dcgm", "nvsm"], "auto_placement": "lowest", "driver_root": None,
+                                      "root": None}
+    root = os.path.join(os.path.dirname(host), "root")
+    assert mig_sim("host", host, "--root", root).returncode == 0
+    assert state_of(host)["host"]["root"] == root and os.path.isfile(os.path.join(root, "proc", "devices"))
+    assert mig_sim("host", host, "--root", "none").returncode == 0 and state_of(host)["host"]["root"] is None
     assert mig_sim("host", host, "--client", "remove", "nvsm", "--passthrough", "off").returncode == 0
     assert state_of(host)["host"]["clients"] == ["nvidia-dcgm"]
     bad = mig_sim("host", host, "--client", "remove", "nvsm")

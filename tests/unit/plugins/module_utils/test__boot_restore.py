@@ -56,3 +56,15 @@ def test_engine_sources_are_the_listed_modules():
     sources = boot_restore.engine_sources()
     assert sorted(sources) == sorted(boot_restore.ENGINE_MODULES)
     assert "ENGINE_MODULES" in sources[boot_restore.ENTRY]
+
+
+def test_with_the_hosts_driver_the_restore_makes_device_nodes_and_the_cdi_spec_current_under_its_root():
+    host = boot_restore.desired_of({"driver_root": "auto", "root": ""})
+    assert host["device_nodes_root"] == "/" and host["cdi_spec_paths"] == ["/etc/cdi/nvidia.yaml",
+                                                                           "/var/run/cdi/nvidia.yaml"]
+    test_host = boot_restore.desired_of({"driver_root": "/", "root": "/srv/h1"})
+    assert test_host["device_nodes_root"] == "/srv/h1"
+    assert test_host["cdi_spec_paths"] == ["/srv/h1/etc/cdi/nvidia.yaml", "/srv/h1/var/run/cdi/nvidia.yaml"]
+    # The GPU Operator's driver container owns /dev/nvidia-caps, and its toolkit the CDI spec.
+    container = boot_restore.desired_of({"driver_root": "/run/nvidia/driver", "root": ""})
+    assert container["device_nodes_root"] is None and container["cdi_spec_paths"] == []
