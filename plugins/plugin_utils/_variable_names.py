@@ -28,10 +28,11 @@ PLAYBOOK_VARIABLES = (
     "gpuops_mig_kubernetes", "gpuops_mig_strategy", "gpuops_mig_kubeconfig", "gpuops_mig_kube_context",
     "gpuops_mig_driver_root", "gpuops_mig_plan", "gpuops_mig_report_file", "gpuops_mig_run_id",
     "gpuops_mig_plan_demand", "gpuops_mig_plan_file", "gpuops_mig_plan_from_cluster", "gpuops_mig_plan_policy",
-    "gpuops_mig_plan_single_profile", "gpuops_mig_plan_vars_file",
+    "gpuops_mig_plan_single_profile", "gpuops_mig_plan_vars_file", "gpuops_mig_plan_kueue_api_version",
     "gpuops_mig_summary", "gpuops_mig_totals", "gpuops_mig_fleet",
     "gpuops_mig_round_dir", "gpuops_mig_round_max_nodes", "gpuops_mig_round_cooldown", "gpuops_mig_round_dry_run",
     "gpuops_mig_round_lease_duration", "gpuops_mig_round_lease_wait", "gpuops_mig_round_lease_namespace",
+    "gpuops_mig_round_serial",
     "gpuops_mig_round_event",
     "gpuops_mig_round_deploy_device_plugin", "gpuops_mig_round",
 )
