@@ -262,3 +262,21 @@ def test_a_round_applies_a_node_whose_running_pods_keep_their_devices_and_they_r
             assert phase(kube_api, name) == "Running"
             assert now[("default", name)] == held[("default", name)]
     assert gone == [], "pods were evicted or deleted: %s" % gone
+
+
+def test_a_round_plans_for_pending_claims_and_waiting_workloads_as_plan_yml_does(kube_api, kube_env, tmp_path):
+    """The source's demand includes ResourceClaims and Kueue Workloads; the round it starts plans for them too
+    (a dry run: the demand asked is the claim's 1g.10gb and the Workload's 3g.40gb, gpu-b would take them)."""
+    from tests.support.kubeapi import kueue
+
+    fleet = make_fleet(tmp_path, kube_api, kube_env)
+    kube_api.seed(seed.resource_claim("wants-1g", namespace="ml", profile="1g.10gb"), kueue.crd(),
+                  kueue.workload("train", [kueue.pod_set("main", 1, {MIG_3G: 1})], namespace="ml"))
+    round_dir = tmp_path / "rounds"
+    run = fleet.run("playbooks/demand_round.yml", {"gpuops_mig_round_dir": str(round_dir),
+                                                   "gpuops_mig_round_dry_run": True})
+    assert run.returncode == 0, output(run)
+    last = json.loads((round_dir / "last-round.json").read_text())
+    assert sorted((a["request"], a["requested"]) for a in last["asked"]) == [("1g.10gb", 1), ("3g.40gb", 1)], last
+    assert last["would_apply"] == ["gpu-b"] and last["applied"] == []
+    assert fleet.devices("gpu-b") == {0: {}}
