@@ -1,0 +1,35 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the gpuops.mig collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""How many polls a role's wait makes: its timeout over its delay, rounded up, at least one."""
+
+from __future__ import annotations
+
+import math
+
+from ansible_collections.gpuops.mig.plugins.module_utils._errors import RefusedError
+from ansible_collections.gpuops.mig.plugins.plugin_utils._plain import describe
+
+
+def _seconds(value, what: str) -> float:
+    # Role variables arrive as ints or as strings of them (inventory, -e); anything else is a mistake to name.
+    if isinstance(value, bool):
+        raise RefusedError("%s must be a number of seconds, got %s" % (what, describe(value)))
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise RefusedError("%s must be a number of seconds, got %s" % (what, describe(value))) from None
+    if not math.isfinite(number) or number < 0:
+        raise RefusedError("%s must be a number of seconds, 0 or more, got %s" % (what, describe(value)))
+    return number
+
+
+def retries(timeout, delay) -> int:
+    """Polls of an `until` loop that waits `timeout` seconds, `delay` apart: ceil(timeout / delay), at least 1
+    (a timeout of 0 still looks once)."""
+    timeout_s = _seconds(timeout, "the wait's timeout")
+    delay_s = _seconds(delay, "the wait's delay")
+    if delay_s == 0:
+        raise RefusedError("the wait's delay must be more than 0 seconds, got %s" % describe(delay))
+    return max(int(math.ceil(timeout_s / delay_s)), 1)

@@ -1,0 +1,36 @@
+# -*- coding: utf-8 -*-
+# Copyright: Contributors to the gpuops.mig collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.gpuops.mig.plugins.module_utils._errors import RefusedError
+from ansible_collections.gpuops.mig.plugins.plugin_utils._waits import retries
+
+
+@pytest.mark.parametrize("timeout, delay, expected", [
+    (900, 10, 90),          # exact
+    (901, 10, 91),          # rounded up: the last poll is not cut short
+    ("300", "5", 60),       # inventory strings
+    (0, 5, 1),              # a timeout of 0 still looks once
+    (3, 10, 1),
+    (2.5, 1, 3),
+])
+def test_retries_is_the_timeout_over_the_delay_rounded_up_and_at_least_one(timeout, delay, expected):
+    assert retries(timeout, delay) == expected
+
+
+@pytest.mark.parametrize("timeout, delay, words", [
+    ("soon", 5, "the wait's timeout must be a number of seconds, got 'soon'"),
+    (900, None, "the wait's delay must be a number of seconds, got None"),
+    (True, 5, "the wait's timeout must be a number of seconds"),
+    (-1, 5, "0 or more"),
+    (900, 0, "the wait's delay must be more than 0 seconds, got 0"),
+    (float("inf"), 5, "0 or more"),
+])
+def test_a_timeout_or_delay_that_is_not_seconds_is_refused_naming_it(timeout, delay, words):
+    with pytest.raises(RefusedError) as err:
+        retries(timeout, delay)
+    assert words in str(err.value)
