@@ -8,9 +8,9 @@ import json
 import pytest
 
 import gpuops_mig_sim as sim
-from tests.support.kubeapi import seed
+from tests.support.kubeapi import hami, seed
 from test_gpu_operator import FAST, MIG_MANAGER, operator_fleet, profiles, node_labels
-from test_roles import CONFIG, STATE, output
+from test_roles import CONFIG, STATE, Fleet, output
 
 pytestmark = pytest.mark.playbook
 
@@ -94,3 +94,37 @@ def test_a_bad_hand_off_is_refused_before_any_change(kube_api, kube_env, tmp_pat
     assert refused.returncode != 0 and message in refused.stdout, output(refused)
     assert fleet.digest("gpu-0") == before and node_labels(kube_api, "gpu-0") == labels
     assert HANDED_OFF not in (kube_api.get("Node", "gpu-0")["metadata"].get("annotations") or {})
+
+
+def test_a_node_without_the_gpu_operator_is_handed_to_hami_and_taken_back(kube_api, kube_env, tmp_path):
+    """HAMi's device plugin (the emulator's hami.py): its per-node config turned to mig and put back, its
+    registration checked, its plugin sent away again; the static layout is the collection's own."""
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet.add("gpu-0", "1xH100-SXM5-80GB", mig_node_layouts=[{"gpus": "all", "devices": {"3g.40gb": 2}}])
+    common = dict(FAST, gpuops_mig_deploy_device_plugin="false", mig_node_validate="false")
+    assert fleet.run("playbooks/site.yml", common).returncode == 0 and profiles(fleet, "gpu-0") == [9, 9]
+    kube_api.seed(*hami.manifests(nodeconfig=[{"name": "gpu-9", "operatingmode": "hami-core"}]))
+
+    site = fleet.run("playbooks/site.yml", dict(common, mig_node_operator_mode="dynamic",
+                                                mig_node_dynamic_partitioner="hami"))
+    assert site.returncode == 0, output(site)
+    assert profiles(fleet, "gpu-0") == []
+    node = kube_api.get("Node", "gpu-0")
+    assert node["metadata"]["labels"]["gpu"] == "on" and not node["spec"].get("unschedulable")
+    registered = json.loads(node["metadata"]["annotations"][hami.REGISTER])
+    assert [d["mode"] for d in registered] == ["mig"] and registered[0]["migProfiles"]
+    assert hami_nodeconfig(kube_api) == {"gpu-9": "hami-core", "gpu-0": "mig"}
+    assert json.loads(node["metadata"]["annotations"][HANDED_OFF])["hami_entry"] is None
+
+    back = fleet.run("playbooks/site.yml", dict(common, mig_node_dynamic_take_back=True))
+    assert back.returncode == 0, output(back)
+    assert profiles(fleet, "gpu-0") == [9, 9]
+    node = kube_api.get("Node", "gpu-0")
+    assert "gpu" not in node["metadata"]["labels"] and HANDED_OFF not in node["metadata"]["annotations"]
+    assert hami_nodeconfig(kube_api) == {"gpu-9": "hami-core"}
+    assert kube_api.list("Pod", namespace="kube-system", field_selector="spec.nodeName=gpu-0") == []
+
+
+def hami_nodeconfig(kube_api):
+    config = json.loads(kube_api.get("ConfigMap", hami.CONFIGMAP, "kube-system")["data"]["config.json"])
+    return dict((e["name"], e["operatingmode"]) for e in config["nodeconfig"])

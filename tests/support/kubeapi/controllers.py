@@ -26,7 +26,7 @@ import hashlib
 import json
 import math
 
-from . import allocations, deviceplugin, dra, dynamic, migmanager, operator, scheduler
+from . import allocations, deviceplugin, dra, dynamic, hami, migmanager, operator, scheduler
 from .selectors import labels_match, pod_fits_node, selector_requirements
 
 # The DaemonSet controller adds these tolerations to its pods, so cordoned or
@@ -244,4 +244,5 @@ def _expected_from_owners(cluster, namespace, pods):
 
 
 ALL = (operator.reconcile, daemonsets, deployments, workloads, disruption_budgets, deviceplugin.reconcile,
-       scheduler.reconcile, allocations.reconcile, dra.reconcile, dynamic.reconcile, migmanager.reconcile)
+       scheduler.reconcile, allocations.reconcile, dra.reconcile, dynamic.reconcile, hami.reconcile,
+       migmanager.reconcile)
