@@ -50,8 +50,8 @@ def test_a_static_node_is_handed_to_dynamic_mig_left_alone_then_taken_back(kube_
     # The plugin publishes the whole GPU and every placement of every profile, with shared counters.
     published = [d for s in slices(kube_api) for d in s["spec"].get("devices") or []]
     kinds = sorted({d["attributes"]["type"]["string"] for d in published})
-    assert kinds == ["gpu", "mig"] and not any("uuid" in d["attributes"] for d in published if
-                                                d["attributes"]["type"]["string"] == "mig")
+    mig = [d for d in published if d["attributes"]["type"]["string"] == "mig"]
+    assert kinds == ["gpu", "mig"] and mig and not any("uuid" in d["attributes"] for d in mig)
     assert "gpu-0-mig-1g10gb-19-6" in {d["name"] for d in published}
     assert any(s["spec"].get("sharedCounters") for s in slices(kube_api))
 
