@@ -134,7 +134,8 @@ def give(info, node, settings, drain):
                            % (host, record["partitioner"], ANNOTATION_HANDED_OFF, partitioner))
     plugin = plugin_of(partitioner, settings.get("daemonsets"), host)
     labels = dict(((node or {}).get("metadata") or {}).get("labels") or {})
-    if record and not (info.get("change") or {}).get("any") and \
+    # Handed over: the MIG devices are the partitioner's (created per claim or pod), only MIG mode is ours.
+    if record and not (info.get("change") or {}).get("mode") and \
             all(labels.get(k) == v for k, v in plugin["node_labels"].items()):
         return None
     busy = (drain or {}).get("mode") == "none" and [e["pod"] for e in (info.get("evictions") or {}).get("pods") or []]

@@ -380,6 +380,8 @@ def _decide(info, node, operator, settings):
     }
     decision["handoff"], decision["drain"] = None, None
     decision["take_back"] = _handoff.take(record) if take_back else None
+    if take_back and decision["operator_mig_manager_off"]:   # taken over: mig-manager's label stays false
+        decision["take_back"]["labels"][LABEL_MIG_MANAGER] = "false"
     if dynamic:
         decision["drain"] = _drain_preview(settings, info, path, host)
         decision["handoff"] = _handoff.give(info, node, dict(settings, daemonsets=settings.get("daemonsets")),

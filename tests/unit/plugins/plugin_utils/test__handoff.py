@@ -72,12 +72,18 @@ def test_without_the_gpu_operator_the_hand_off_switches_no_mig_manager_off():
     assert out["path"] == "handoff" and out["operator_mig_manager_off"] is False
 
 
-def test_a_node_handed_over_already_is_converged():
+@pytest.mark.parametrize("geometry", [False, True])
+def test_a_node_handed_over_already_is_converged_whatever_mig_devices_the_partitioner_made(geometry):
     annotations = record()
-    out = d.decide(handoff_info(mode=False, geometry=False), node(DYNAMIC_SELECTOR, annotations),
+    out = d.decide(handoff_info(mode=False, geometry=geometry), node(DYNAMIC_SELECTOR, annotations),
                    d.operator_view([], node()), dynamic())
     assert out["path"] == "converged" and out["handoff"] is None and out["converged_labels"] == {}
+    assert out["drain"] is None
     assert "handed to the dynamic partitioner nvidia-dra already" in out["summary"]
+    # MIG mode off again (someone else turned it off): handed over again, MIG mode on.
+    again = d.decide(handoff_info(mode=True), node(DYNAMIC_SELECTOR, annotations), d.operator_view([], node()),
+                     dynamic())
+    assert again["path"] == "handoff"
 
 
 @pytest.mark.parametrize("kw, message", [
@@ -136,6 +142,9 @@ def test_the_take_back_restores_mig_manager_and_sends_the_plugin_away_before_the
     assert "take the node back from the dynamic partitioner nvidia-dra" in out["summary"]
     # GPUs that already hold the layout still go through the path: the take-back runs and the layout is checked.
     assert d.decide(info(), back, view, settings(source="configmap", take_back=True))["path"] == "mig-manager"
+    # Taken back to a layout the collection applies itself (takeover): mig-manager's label stays false.
+    takeover = d.decide(info(geometry=True), back, view, settings(operator_mode="takeover", take_back=True))
+    assert takeover["path"] == "reconfigure" and takeover["take_back"]["labels"][d.LABEL_MIG_MANAGER] == "false"
 
 
 def test_an_operand_deploy_label_is_set_to_false_not_removed():
