@@ -8,7 +8,7 @@ import json
 import pytest
 
 import gpuops_mig_sim as sim
-from tests.support.kubeapi import hami, seed
+from tests.support.kubeapi import dynamic, hami, seed
 from test_gpu_operator import FAST, MIG_MANAGER, operator_fleet, profiles, node_labels
 from test_roles import CONFIG, STATE, Fleet, output
 
@@ -25,6 +25,8 @@ def dynamic_fleet(tmp_path, kube_api, kube_env):
     site = fleet.run("playbooks/site.yml", dict(FAST, mig_node_config_name="layout-a"))
     assert site.returncode == 0 and profiles(fleet, "gpu-0") == [19] * 7, output(site)
     kube_api.seed(*seed.dra_driver(dynamic_mig=True, node_selector=SELECTOR))
+    # The kubelet wipes a gone plugin's slices after 30 s; a second here.
+    kube_api.patch("Node", "gpu-0", {"metadata": {"annotations": {dynamic.WIPING_DELAY_ANNOTATION: "1"}}})
     return fleet
 
 

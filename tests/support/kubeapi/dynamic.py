@@ -15,21 +15,29 @@ mig.go ToCanonicalName), as reference/gpu-operator.md section 6.3 sums it up:
   counter set per GPU (`gpu-<index>-counter-set`: memory, and a counter per memory slice), then one ResourceSlice
   of devices per GPU, each device consuming the memory slices of its placement (the whole GPU all of them). All
   in one pool named after the node, one generation higher than before, resourceSliceCount the number of slices.
-- The kubelet deletes a driver's ResourceSlices of a node once its plugin is gone from the node (reconcile()).
+- The kubelet deletes a driver's ResourceSlices of a node once its plugin has been gone from the node for 30 s
+  (reconcile(); the node annotation kubeapi.test/dra-wiping-delay shortens it for tests).
 
 Not modelled: the `+me`/`+gfx`/`-me` profile variants (only plain profiles are published), capacities other than
-memory, the combined form of Kubernetes 1.34, claims, preparation (creating a MIG device per claim), the node-local
-checkpoint, and the kubelet's grace period before it wipes an unregistered plugin's slices (here: at once).
+memory, the combined form of Kubernetes 1.34, claims, preparation (creating a MIG device per claim), and the
+node-local checkpoint.
 """
 
 from __future__ import annotations
 
 import re
+import threading
+import weakref
 
 from .deviceplugin import NVML_STATE_ANNOTATION, _simulator
 
 DRIVER = "gpu.nvidia.com"
 POD_LABEL = ("app.kubernetes.io/name", "dra-driver-nvidia-gpu")
+WIPING_DELAY_ANNOTATION = "kubeapi.test/dra-wiping-delay"
+DEFAULT_WIPING_DELAY = 30.0
+
+# cluster -> {node name: the timer of its pending wipe}
+_wipes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _canonical(profile: str) -> str:
@@ -102,12 +110,36 @@ def publish(cluster, node, path):
 
 
 def reconcile(cluster):
-    """The kubelet wipes a DRA driver's ResourceSlices of a node once the driver's plugin is gone from it."""
-    key, value = POD_LABEL
-    on_nodes = {(p.get("spec") or {}).get("nodeName") for p in cluster.list("Pod", label_selector=f"{key}={value}")}
+    """The kubelet wipes a DRA driver's ResourceSlices of a node once the driver's plugin has been gone from the
+    node for its wiping delay (kubernetes/kubernetes pkg/kubelet/cm/dra: defaultWipingDelay, 30 s, "long enough for
+    a simple container restart"); the node annotation WIPING_DELAY_ANNOTATION sets it in seconds (a test knob).
+    A plugin that comes back within the delay keeps its slices."""
+    timers = _wipes.setdefault(cluster, {})
+    on_nodes = _plugin_nodes(cluster)
     for node in cluster.list("Node"):
         name = node["metadata"]["name"]
-        if name in on_nodes or not (node["metadata"].get("annotations") or {}).get(NVML_STATE_ANNOTATION):
+        annotations = node["metadata"].get("annotations") or {}
+        if name in on_nodes or not annotations.get(NVML_STATE_ANNOTATION) or not node_slices(cluster, name):
+            timer = timers.pop(name, None)
+            if timer is not None:
+                timer.cancel()
             continue
+        if name not in timers:
+            delay = float(annotations.get(WIPING_DELAY_ANNOTATION, DEFAULT_WIPING_DELAY))
+            timers[name] = threading.Timer(delay, _wipe, args=(cluster, name))
+            timers[name].daemon = True
+            timers[name].start()
+
+
+def _plugin_nodes(cluster) -> set:
+    key, value = POD_LABEL
+    return {(p.get("spec") or {}).get("nodeName") for p in cluster.list("Pod", label_selector=f"{key}={value}")}
+
+
+def _wipe(cluster, name):
+    with cluster.lock:
+        _wipes.setdefault(cluster, {}).pop(name, None)
+        if name in _plugin_nodes(cluster):
+            return
         for s in node_slices(cluster, name):
             cluster.delete("ResourceSlice", s["metadata"]["name"])
