@@ -143,7 +143,8 @@ def give(info, node, settings, drain):
         raise HandoffError("%s: pods hold MIG devices the hand-off to %s destroys: %s, and mig_node_drain is none. "
                            "Nothing was changed. Let the rollout drain them (mig_node_drain: devices or node), or "
                            "move them away first." % (host, partitioner, ", ".join(sorted(busy))))
-    return dict(plugin, direction="give", partitioner=partitioner, annotation=ANNOTATION_HANDED_OFF, record={
+    return dict(plugin, direction="give", partitioner=partitioner, annotation=ANNOTATION_HANDED_OFF,
+                configmap=HAMI_CONFIGMAP, config_key=HAMI_CONFIG_KEY, record={
         "partitioner": partitioner, "daemonset": plugin["daemonset"], "namespace": plugin["namespace"],
         "pod_selectors": plugin["pod_selectors"], "labels": plugin["node_labels"],
         # The GPU Operator's mig-manager as it was, put back by the take-back.
@@ -177,6 +178,7 @@ def take(record):
     return {"direction": "take", "partitioner": record["partitioner"], "daemonset": record.get("daemonset", ""),
             "namespace": record.get("namespace", ""), "pod_selectors": list(record.get("pod_selectors") or []),
             "labels": labels_off(record), "hami_entry": record.get("hami_entry"),
+            "configmap": HAMI_CONFIGMAP, "config_key": HAMI_CONFIG_KEY,
             "annotations": {ANNOTATION_HANDED_OFF: None}}
 
 
