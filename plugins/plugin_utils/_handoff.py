@@ -143,12 +143,12 @@ def give(info, node, settings, drain):
         raise HandoffError("%s: pods hold MIG devices the hand-off to %s destroys: %s, and mig_node_drain is none. "
                            "Nothing was changed. Let the rollout drain them (mig_node_drain: devices or node), or "
                            "move them away first." % (host, partitioner, ", ".join(sorted(busy))))
+    record = {"partitioner": partitioner, "daemonset": plugin["daemonset"], "namespace": plugin["namespace"],
+              "pod_selectors": plugin["pod_selectors"], "labels": plugin["node_labels"],
+              # The GPU Operator's mig-manager as it was, put back by the take-back.
+              "mig_manager": labels.get(LABEL_MIG_MANAGER)}
     return dict(plugin, direction="give", partitioner=partitioner, annotation=ANNOTATION_HANDED_OFF,
-                configmap=HAMI_CONFIGMAP, config_key=HAMI_CONFIG_KEY, record={
-        "partitioner": partitioner, "daemonset": plugin["daemonset"], "namespace": plugin["namespace"],
-        "pod_selectors": plugin["pod_selectors"], "labels": plugin["node_labels"],
-        # The GPU Operator's mig-manager as it was, put back by the take-back.
-        "mig_manager": labels.get(LABEL_MIG_MANAGER)})
+                configmap=HAMI_CONFIGMAP, config_key=HAMI_CONFIG_KEY, record=record)
 
 
 def taken_back_node(node, record):
