@@ -23,6 +23,7 @@ from ansible_collections.gpuops.mig.plugins.module_utils import _k8s_objects as 
 from ansible_collections.gpuops.mig.plugins.module_utils import _migparted as migparted
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError, GpuopsError, RefusedError
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _layout_source as layout_source
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _handoff as handoff
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_decision as node_decision
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _preflight as preflight
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _role_contract as role_contract
@@ -185,7 +186,9 @@ class ActionModule(ActionBase):
                 "operator_mode": args["operator_mode"], "source": layout["source_kind"],
                 "config_label": layout["config_label"], "cordoned_annotation": args["cordoned_annotation"],
                 "drain": args["drain"] if args["kubernetes"] else "none", "lease": args["lease"],
-                "configmap": layout.pop("configmap"), "configmap_explicit": bool(args["configmap"])})
+                "configmap": layout.pop("configmap"), "configmap_explicit": bool(args["configmap"]),
+                "partitioner": args["dynamic_partitioner"], "take_back": args["dynamic_take_back"],
+                "daemonsets": args["daemonsets"]})
             result["sharing"] = sharing_plan(host, args, info, layout, decision)
         except GpuopsError as e:   # a refusal, or sharing's and plain()'s errors
             return dict(result, failed=True, msg=str(e))
@@ -218,11 +221,25 @@ class ActionModule(ActionBase):
     def _layout(self, host, args, task_vars):
         """Settle where the layout comes from, the config name and the label that names it (nothing read
         from the node yet)."""
-        check_settings(host, args, layout_source.sources_of(args))
+        dynamic = args["operator_mode"] == "dynamic"
+        sources = layout_source.sources_of(args)
+        if not dynamic:          # handed over, the node's layout is the hand-off's, whatever else is declared
+            check_settings(host, args, sources)
         node = pick_node(host, args)
+        try:
+            record = handoff.record_of(node, host)
+        except handoff.HandoffError as e:
+            raise RefusedError(str(e))
+        if record and args["dynamic_take_back"] and not dynamic:
+            node = handoff.taken_back_node(node, record)   # the static layout is decided on the node taken back
         labels = dict(((node or {}).get("metadata") or {}).get("labels") or {})
         operator = node_decision.operator_view(args["cluster_policies"] if args["kubernetes"] else [], node,
                                                args["daemonsets"], args["gpu_clusters"] if args["kubernetes"] else [])
+        if dynamic:
+            return {"node": node, "labels": labels, "operator": operator, "source_kind": "dynamic",
+                    "source": {"layouts": list(handoff.HANDOFF_LAYOUT)}, "config_name": "",
+                    "config_label": handoff.HANDOFF_LABEL, "configmap": None,
+                    "module_args": {"layouts": list(handoff.HANDOFF_LAYOUT), "allow_unmatched": False}}
         source_of = layout_source.layout_source(host, args, labels, operator["present"])
         kind, name = source_of["kind"], source_of["config_name"]
         origin = configmap = None

@@ -27,11 +27,15 @@ PAUSED_VALUE = "paused-for-mig-change"
 ANNOTATION_CORDONED = "gpuops.mig/cordoned"
 ANNOTATION_LAST_ERROR = "gpuops.mig/last-error"
 ANNOTATION_RUN_ID = "gpuops.mig/run-id"
+# The hand-off of a node to a dynamic MIG partitioner (plugin_utils/_handoff.py): later static runs leave it alone.
+ANNOTATION_HANDED_OFF = "gpuops.mig/handed-off"
 LABEL_EVICT = "gpuops.mig/evict"
 LABEL_SMOKE_TEST = "gpuops.mig/smoke-test"
 
 # NVIDIA's DRA driver for GPUs (k8s-dra-driver-gpu): the name its chart gives its pods.
 DRA_APP = "dra-driver-nvidia-gpu"
+# HAMi's device plugin: the label its chart gives the pods (Project-HAMi/HAMi charts/hami, daemonsetnvidia.yaml).
+HAMI_POD_LABEL = ("app.kubernetes.io/component", "hami-device-plugin")
 
 DEFAULT_OPERATOR_NAMESPACE = "gpu-operator"
 
@@ -69,6 +73,13 @@ def is_dra_kubelet_plugin(daemonset: Mapping[str, Any]) -> bool:
     name = (daemonset.get("metadata") or {}).get("name") or ""
     return (pod_labels.get("app.kubernetes.io/name") == DRA_APP or name.endswith("dra-driver-kubelet-plugin")
             or (DRA_APP in name and name.endswith("kubelet-plugin")))
+
+
+def is_hami_device_plugin(daemonset: Mapping[str, Any]) -> bool:
+    """Whether a DaemonSet runs HAMi's device plugin (by its pods' component label)."""
+    template = ((daemonset.get("spec") or {}).get("template") or {})
+    pod_labels = (template.get("metadata") or {}).get("labels") or {}
+    return pod_labels.get(HAMI_POD_LABEL[0]) == HAMI_POD_LABEL[1]
 
 
 def trimmed(obj: Mapping[str, Any], keep_status: bool = True) -> dict[str, Any]:
@@ -133,7 +144,9 @@ def read_cluster(service: Any, params: Mapping[str, Any]) -> dict[str, Any]:
         result["cluster_policies"] = find("ClusterPolicy", "nvidia.com/v1")
         # GPU Operator v26.7's DRA stack (tech preview): no mig-manager; its MIG devices must be set up beforehand.
         result["gpu_clusters"] = find("GPUCluster", "nvidia.com/v1alpha1")
-        result["daemonsets"] = [ds for ds in find("DaemonSet", "apps/v1", keep_status=False) if is_dra_kubelet_plugin(ds)]
+        # NVIDIA's DRA kubelet plugin, and HAMi's device plugin (a partitioner a node may be handed to).
+        result["daemonsets"] = [ds for ds in find("DaemonSet", "apps/v1", keep_status=False)
+                                if is_dra_kubelet_plugin(ds) or is_hami_device_plugin(ds)]
     if params["nodes"]:
         result["nodes"] = find("Node", "v1", keep_status=params["node_status"])
     policies = result.get("cluster_policies") or []

@@ -15,7 +15,8 @@ description:
     M(kubernetes.core.k8s_info) run per kind. The role reads the cluster with it once per batch, and
     M(gpuops.mig.mig_node_preview) takes its result.
   - The NVIDIA GPU Operator's ClusterPolicies, its GPUClusters (C(nvidia.com/v1alpha1), the DRA stack of GPU Operator
-    v26.7, which runs no mig-manager) and the DaemonSets of NVIDIA's DRA kubelet plugin, with O(operator).
+    v26.7, which runs no mig-manager) and the DaemonSets of NVIDIA's DRA kubelet plugin and of HAMi's device
+    plugin (a dynamic MIG partitioner a node may be handed to), with O(operator).
   - The Nodes, with O(nodes); without their C(status) unless O(node_status).
   - Every object comes without C(metadata.managedFields), the API server's field bookkeeping. Every node's
     preview is handed what this returns, so its size is paid once per node.
@@ -57,7 +58,7 @@ attributes:
     support: full
 options:
   operator:
-    description: Read the GPU Operator's ClusterPolicies, and the DaemonSets of all namespaces to find NVIDIA's DRA kubelet plugin.
+    description: Read the GPU Operator's ClusterPolicies, and the DaemonSets of all namespaces to find NVIDIA's DRA kubelet plugin and HAMi's device plugin.
     type: bool
     default: true
   nodes:
@@ -144,7 +145,7 @@ gpu_clusters:
   elements: dict
   version_added: 0.2.0
 daemonsets:
-  description: The DaemonSets of NVIDIA's DRA kubelet plugin, in any namespace.
+  description: The DaemonSets of NVIDIA's DRA kubelet plugin and of HAMi's device plugin, in any namespace.
   returned: with O(operator)
   type: list
   elements: dict

@@ -21,11 +21,11 @@ from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import (
 )
 from ansible_collections.gpuops.mig.plugins.module_utils import _lease
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import RefusedError
-from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_pods, _node_records
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _handoff, _node_pods, _node_records
 
 LABEL_MIG_MANAGER = LABEL_DEPLOY + "mig-manager"
 STRATEGIES = ("none", "single", "mixed")
-OPERATOR_MODES = ("auto", "mig-manager", "takeover")
+OPERATOR_MODES = ("auto", "mig-manager", "takeover", "dynamic")
 # The GPU clients of GPU Operator v26.7's GPUCluster, by their deploy labels (NVIDIA/gpu-operator
 # controllers/state_manager.go gpuClusterStateLabels): the DRA kubelet plugin, DCGM and its exporter. The
 # operator writes "true" only where such a label is absent or empty (nodelabeling_controller.go
@@ -138,22 +138,8 @@ def dra_view(daemonsets, node_labels):
             continue
         return {"present": True, "daemonset": "%s/%s" % (ds["metadata"].get("namespace", ""), name),
                 "pod_selectors": ["%s=%s" % item for item in sorted(pod_labels.items())],
-                "dynamic_mig": _dynamic_mig(spec)}
+                "dynamic_mig": _handoff.dynamic_mig_gate(ds)}
     return {"present": False}
-
-
-def _dynamic_mig(pod_spec):
-    """DynamicMIG=true in the FEATURE_GATES env or a --feature-gates argument of any container."""
-    for container in pod_spec.get("containers") or []:
-        values = [e.get("value") or "" for e in container.get("env") or [] if e.get("name") == "FEATURE_GATES"]
-        args = container.get("args") or []
-        values += [a.split("=", 1)[1] for a in args if a.startswith("--feature-gates=")]
-        values += [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--feature-gates"]
-        for value in values:
-            gates = dict(part.split("=", 1) for part in value.replace(" ", "").split(",") if "=" in part)
-            if gates.get("DynamicMIG", "").lower() == "true":
-                return True
-    return False
 
 
 # -- the config from the cluster ------------------------------------------------------
@@ -198,13 +184,16 @@ def effective_strategy(declared, operator, host):
 
 
 def operator_mode(wanted, operator, source, host):
-    """How this node is worked on: none (no operator), mig-manager (drive it) or takeover.
+    """How this node is worked on: none (no operator), mig-manager (drive it), takeover, or dynamic (hand it to
+    a dynamic MIG partitioner, with or without an operator).
 
     source: 'configmap' when the layout comes from the operator's ConfigMap, else the inventory's kind."""
     wanted = (wanted or "auto").strip().lower()
     if wanted not in OPERATOR_MODES:
-        raise RefusedError("%s: mig_node_operator_mode must be auto, mig-manager or takeover, not '%s'"
+        raise RefusedError("%s: mig_node_operator_mode must be auto, mig-manager, takeover or dynamic, not '%s'"
                            % (host, wanted))
+    if wanted == "dynamic":
+        return "dynamic"
     if not operator.get("present"):
         if wanted == "mig-manager":
             raise RefusedError("%s: mig_node_operator_mode=mig-manager, but no GPU Operator ClusterPolicy "
@@ -332,14 +321,29 @@ def decide(info, node, operator, settings):
     source (where the layout comes from: configmap, mig_node_config, ...), config_label,
     cordoned_annotation. Returns a dict; raises RefusedError for a node that must not be touched.
     """
+    try:
+        return _decide(info, node, operator or {"present": False}, settings)
+    except _handoff.HandoffError as e:
+        raise RefusedError(str(e))
+
+
+def _decide(info, node, operator, settings):
     host = settings["host"]
-    operator = operator or {"present": False}
+    # A node handed to a dynamic partitioner (its record on the Node) is left to it, unless it is handed over
+    # again or taken back (the action decided the take-back's layout on the node as it will be then).
+    dynamic = (settings.get("operator_mode") or "").strip().lower() == "dynamic"
+    record = _handoff.record_of(node, host)
+    take_back = bool(record) and not dynamic and bool(settings.get("take_back"))
+    if record and not dynamic and not take_back:
+        return dict(left_alone(node, operator, dict(settings, info=info)), handed_off=record["partitioner"],
+                    summary=_handoff.skipped_summary(host, record))
     if info.get("change") is None:
         return left_alone(node, operator, dict(settings, info=info))
-    refuse_dynamic_mig(operator, host)
+    if not dynamic and not take_back:
+        refuse_dynamic_mig(operator, host)
     settings = dict(settings, strategy=effective_strategy(settings.get("strategy"), operator, host),
                     mode=operator_mode(settings.get("operator_mode"), operator, settings.get("source"), host))
-    if settings["strategy"] == "single":
+    if settings["strategy"] == "single" and not dynamic:
         problem = single_strategy_problem(info["planned"], settings["config_label"], host)
         if problem:
             raise RefusedError(problem)
@@ -349,6 +353,10 @@ def decide(info, node, operator, settings):
     if mode == "mig-manager":
         check_mig_manager_config(operator, settings.get("configmap"), settings.get("configmap_explicit"), host)
     path = "converged" if not change["any"] else ("mig-manager" if mode == "mig-manager" else "reconfigure")
+    if dynamic:
+        path = "handoff"
+    elif take_back and path == "converged":      # the take-back runs, and the layout is checked after it
+        path = "mig-manager" if mode == "mig-manager" else "reconfigure"
     decision = {
         "path": path,
         "mode_change": change["mode"],
@@ -357,7 +365,9 @@ def decide(info, node, operator, settings):
         "operator_mode": mode,
         "strategy": settings["strategy"],
         # Our own modules change the GPUs: mig-manager must be off on the node first (and stay off).
-        "operator_mig_manager_off": mode == "takeover" and labels.get(LABEL_MIG_MANAGER) != "false",
+        # Handed to a dynamic partitioner: mig-manager must be off too (two owners of the MIG devices).
+        "operator_mig_manager_off": mode in ("takeover", "dynamic") and bool(operator.get("present"))
+        and labels.get(LABEL_MIG_MANAGER) != "false",
         "host_mig_manager": host_mig_manager_action(info, mode),
         "persist": mode != "mig-manager",
         "restore_in_step": bool((info.get("restore") or {}).get("in_step", True)),
@@ -375,20 +385,25 @@ def decide(info, node, operator, settings):
             (bool(change["mode"]) and bool(operator["mig_manager"].get("with_reboot")))
             or _labels(node).get(LABEL_STATE) == "rebooting"),
     }
-    if settings.get("kubernetes") and path == "converged":
+    decision["handoff"], decision["drain"] = None, None
+    decision["take_back"] = _handoff.take(record) if take_back else None
+    if take_back and decision["operator_mig_manager_off"]:   # taken over: mig-manager's label stays false
+        decision["take_back"]["labels"][LABEL_MIG_MANAGER] = "false"
+    if dynamic:
+        decision["drain"] = _drain_preview(settings, info, path, host)
+        decision["handoff"] = _handoff.give(info, node, dict(settings, daemonsets=settings.get("daemonsets")),
+                                            decision["drain"])
+        if decision["handoff"] is None:    # handed over already, the GPUs as the hand-off left them
+            decision["path"], decision["drain"], path = "converged", None, "converged"
+    if settings.get("kubernetes") and path == "converged" and not dynamic:
         wanted = {LABEL_CONFIG: settings["config_label"]}
         if mode != "mig-manager":     # mig-manager writes the state label itself
             wanted[LABEL_STATE] = "success"
         decision["converged_labels"] = dict((k, v) for k, v in wanted.items() if labels.get(k) != v)
     # A converged node with none of these is finished by its preview alone (site.yml skips its steady pass).
     decision["repair"] = repair_plan(node, host, path, validate=True, info=info)
-    # Which pods the change will evict (chosen again inside the cordoned window); no drain key: not said.
-    decision["drain"] = None
-    if path != "converged" and "drain" in settings:
-        try:
-            decision["drain"] = _node_pods.drain_preview(settings["drain"], info, path)
-        except ValueError as e:
-            raise RefusedError("%s: %s. Nothing was changed." % (host, e))
+    decision["drain"] = decision["drain"] if dynamic else \
+        (_drain_preview(settings, info, path, host) if path != "converged" else None)
     decision["mig_manager_failure_hint"] = mounted_config_hint(operator, node, settings["config_label"]) \
         if path == "mig-manager" else ""
     # takeover.yml does both: the operator's mig-manager off, NVIDIA's host unit off (or back on at hand-back).
@@ -403,7 +418,26 @@ def decide(info, node, operator, settings):
         ("labels", bool(decision["converged_labels"])),
         ("uncordon", decision["cordoned_earlier"] and path == "converged")) if due]
     decision["summary"] = _summary(host, settings["config_label"], decision)
+    if decision["handoff"]:
+        decision["summary"] = _handoff.handoff_summary(host, decision["handoff"], decision)
+    elif dynamic:
+        decision["summary"] = "%s: handed to the dynamic partitioner %s already: nothing disruptive to do." % (
+            host, record["partitioner"])
+    elif take_back:
+        decision["summary"] = "%s: take the node back from the dynamic partitioner %s (its plugin sent away, its " \
+                              "devices gone), then %s" % (host, record["partitioner"],
+                                                          decision["summary"].split(": ", 1)[1])
     return decision
+
+
+def _drain_preview(settings, info, path, host):
+    """Which pods the change will evict (chosen again inside the cordoned window); None: not said."""
+    if "drain" not in settings:
+        return None
+    try:
+        return _node_pods.drain_preview(settings["drain"], info, path)
+    except ValueError as e:
+        raise RefusedError("%s: %s. Nothing was changed." % (host, e))
 
 
 def mounted_config_hint(operator, node, config_label):

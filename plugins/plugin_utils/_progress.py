@@ -24,6 +24,8 @@ NODE_STEPS = {
     "clients_restore.yml": "restore the GPU clients",
     "device_plugin_restart.yml": "restart the device plugin",
     "validate.yml": "validate what the node advertises",
+    "handoff.yml": "hand the node to its dynamic MIG partitioner",
+    "take_back.yml": "take the node back from its dynamic MIG partitioner",
     "smoke_test.yml": "smoke workloads",
     "uncordon.yml": "uncordon",
 }

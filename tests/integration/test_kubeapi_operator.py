@@ -499,8 +499,13 @@ def test_dynamic_mig_destroys_devices_it_did_not_create(kube_api, host, idle):
     state = sim.load_state(host)["gpus"][0]
     assert state["mig"]["current"] == sim.MIG_ENABLE
     assert len(state["gpu_instances"]) == 1  # the one with a process survives (NVML: in use)
-    [device] = kube_api.get("ResourceSlice", "gpu-1-gpu.nvidia.com")["spec"]["devices"]
-    assert device["attributes"]["type"] == {"string": "mig"}
+    # Then it publishes every profile at every placement, abstract (no uuid), with shared counters (dynamic.py).
+    counters, gpu_slice = sorted(kube_api.list("ResourceSlice", field_selector="spec.nodeName=gpu-1"),
+                                 key=lambda s: s["metadata"]["name"])
+    assert [c["name"] for c in counters["spec"]["sharedCounters"]] == ["gpu-0-counter-set"]
+    mig = [d for d in gpu_slice["spec"]["devices"] if d["attributes"]["type"] == {"string": "mig"}]
+    assert mig and not any("uuid" in d["attributes"] for d in mig)
+    assert gpu_slice["spec"]["pool"]["resourceSliceCount"] == 2
 
 
 def test_seed_config_map_holds_the_mig_parted_config():

@@ -26,7 +26,7 @@ import hashlib
 import json
 import math
 
-from . import allocations, deviceplugin, dra, gpucluster, migmanager, operator, scheduler
+from . import allocations, deviceplugin, dra, dynamic, gpucluster, hami, migmanager, operator, scheduler
 from .selectors import labels_match, pod_fits_node, selector_requirements
 
 # The DaemonSet controller adds these tolerations to its pods, so cordoned or
@@ -243,5 +243,6 @@ def _expected_from_owners(cluster, namespace, pods):
     return expected
 
 
-ALL = (operator.reconcile, gpucluster.reconcile, daemonsets, deployments, workloads, disruption_budgets, deviceplugin.reconcile,
-       scheduler.reconcile, allocations.reconcile, dra.reconcile, migmanager.reconcile)
+ALL = (operator.reconcile, gpucluster.reconcile, daemonsets, deployments, workloads, disruption_budgets,
+       deviceplugin.reconcile, scheduler.reconcile, allocations.reconcile, dra.reconcile, dynamic.reconcile,
+       hami.reconcile, migmanager.reconcile)

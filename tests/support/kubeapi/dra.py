@@ -8,8 +8,8 @@ for a GPUCluster, gpucluster.py), that this module has not seen before. Then (re
 - With DynamicMIG=true in its FEATURE_GATES env, it first destroys every MIG device (compute and
   GPU instances) on the host, since it destroys the MIG devices it did not create and it created
   none yet; devices with processes on them stay (NVML answers In use). The simulated state file
-  changes as it would on a real host.
-- It replaces the node's ResourceSlice `<node>-gpu.nvidia.com`: one pool named after the node,
+  changes as it would on a real host. Then dynamic.py publishes what DynamicMIG announces.
+- Without it, it replaces the node's ResourceSlice `<node>-gpu.nvidia.com`: one pool named after the node,
   `generation` one higher than before, `resourceSliceCount` 1, and a device per MIG device
   (`gpu-<gpu index>-mig-<profile without dots>-<GI profile id>-<GI start>`, attributes type=mig,
   profile, uuid, parentUUID, productName; capacity memory "<MiB>Mi") and per GPU with MIG off
@@ -17,7 +17,8 @@ for a GPUCluster, gpucluster.py), that this module has not seen before. Then (re
   devices is published as nothing. The slice is owned by the Node.
 
 The GPUs are read only at pod start (static MIG), so a slice stays stale after a MIG change until
-the pod is replaced.
+the pod is replaced. With DynamicMIG, dynamic.py publishes the placements and shared counters, and
+removes the node's slices when the plugin leaves it.
 
 ResourceClaims (`allocate_claims`), as the scheduler's DRA plugin and the resourceclaim controller
 (kubernetes/kubernetes pkg/scheduler/framework/plugins/dynamicresources, pkg/controller/resourceclaim)
@@ -38,10 +39,10 @@ leave them, on every reconcile pass:
   host marks the pods it is reserved for Failed, reason DeviceDestroyed, as allocations.py does for
   the device plugin.
 
-Not emulated: dynamic-MIG placements and shared counters, ResourceClaimTemplates, firstAvailable,
+Not emulated: ResourceClaimTemplates, firstAvailable,
 adminAccess, allocation modes other than ExactCount, CEL beyond the form above, preparation and CDI,
 the pod waiting for its claims (pods run whether or not their claims are allocated), ComputeDomains,
-the other attributes and capacities, and slice removal when the plugin stops.
+the other attributes and capacities.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from __future__ import annotations
 import re
 import weakref
 
-from . import allocations
+from . import allocations, dynamic
 from .deviceplugin import NVML_STATE_ANNOTATION, _simulator
 
 DRIVER = "gpu.nvidia.com"
@@ -105,7 +106,9 @@ def _start_plugins(cluster):
         started[name] = pod["metadata"]["uid"]
         if "DynamicMIG=true" in feature_gates(pod):
             destroy_mig_devices(path)
-        publish(cluster, node, path)
+            dynamic.publish(cluster, node, path)      # every profile at every placement (dynamic.py)
+        else:
+            publish(cluster, node, path)
 
 
 def destroy_mig_devices(path):

@@ -108,3 +108,14 @@ def test_mig_node_force_reaches_the_preview():
     got = a.options_from_role("gpu-1", defaults(), role_vars(mig_node_force=True), given={"role_variables": True})
     assert got["force"] is True
     assert a.options_from_role("gpu-1", defaults(), role_vars(mig_node_force=False), given={})["force"] is False
+
+
+def test_the_hand_off_settings_reach_the_preview():
+    """mig_node_dynamic_partitioner and mig_node_dynamic_take_back (docs/gpu-operator.md, "Hand-off to dynamic
+    partitioners") come from the role's variables, with the role's choices."""
+    assert a.ARGUMENT_SPEC["dynamic_partitioner"]["choices"] == ["nvidia-dra", "hami"]
+    assert "dynamic" in a.ARGUMENT_SPEC["operator_mode"]["choices"]
+    got = a.options_from_role("gpu-1", defaults(), role_vars(mig_node_dynamic_partitioner="hami",
+                                                             mig_node_dynamic_take_back=True),
+                              given={"role_variables": True})
+    assert got["dynamic_partitioner"] == "hami" and got["dynamic_take_back"] is True
