@@ -46,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _cdi as cdi
 from ansible_collections.gpuops.mig.plugins.module_utils import _errors as errors
@@ -81,7 +82,7 @@ ENGINE_MODULES = tuple("%s.%s" % (PACKAGE, name) for name in (
     "_host_mode", "_migparted", "_nvidia_caps", "_nvml"))
 
 
-def engine_sources(read_source=None):
+def engine_sources(read_source: Callable[[str], str] | None = None) -> dict[str, str]:
     """{dotted module name: source} of the engine (ENGINE_MODULES).
 
     read_source(name) returns a module's source (default: through its loader, which
@@ -101,7 +102,7 @@ def _loader_source(name):
     return source
 
 
-def launcher(python, engine_dir):
+def launcher(python: str, engine_dir: str) -> str:
     """The script the unit runs: import the engine from engine_dir (a regular package there, found
     ahead of any other copy on sys.path, an installed collection say) and run it."""
     return ("#!%s\n"
@@ -114,7 +115,8 @@ def launcher(python, engine_dir):
             "sys.exit(main(sys.argv[1:]))\n" % (python, engine_dir, engine_dir, ENTRY))
 
 
-def unit_text(python, script, desired_path, engine_dir, before=(), after=(), container_driver=False):
+def unit_text(python: str, script: str, desired_path: str, engine_dir: str, before: Iterable[str] = (),
+              after: Iterable[str] = (), container_driver: bool = False) -> str:
     """The systemd unit. With the host's driver it runs before kubelet and the GPU clients; with a
     driver container it cannot (kubelet starts that container), so it waits for the driver instead."""
     lines = [
@@ -145,7 +147,9 @@ def unit_text(python, script, desired_path, engine_dir, before=(), after=(), con
     return "\n".join(lines)
 
 
-def bundle(paths, desired, python, before=(), after=(), read_source=None):
+def bundle(paths: Mapping[str, str], desired: Mapping[str, Any], python: str, before: Iterable[str] = (),
+           after: Iterable[str] = (), read_source: Callable[[str], str] | None = None
+           ) -> tuple[dict[str, tuple[str, int]], str]:
     """{path: (content, mode)} of everything the restore consists of, and its stamp.
 
     paths: dict with config_dir, lib_dir (the engine dir), script, unit_dir. The
@@ -181,13 +185,13 @@ DEFAULT_BEFORE = ("kubelet.service", "nvidia-persistenced.service", "nvidia-fabr
 _HOST_DRIVER = ("auto", "/", "", None)
 
 
-def paths_of(params):
+def paths_of(params: Mapping[str, Any]) -> dict[str, str]:
     """Where the installation goes: config_dir, lib_dir, script, unit_dir, under params["root"]."""
     root = params.get("root") or ""
     return dict((key, root + params[key]) for key in ("config_dir", "lib_dir", "script", "unit_dir"))
 
 
-def desired_of(params):
+def desired_of(params: Mapping[str, Any]) -> dict[str, Any]:
     """The desired state the restore reads at boot (written with the installation's stamp). With the host's own
     driver it also makes /dev/nvidia-caps current and regenerates the CDI spec the host has, under params' root
     as every other path; a driver container (the GPU Operator's) and its toolkit do both themselves."""
@@ -209,7 +213,7 @@ def desired_of(params):
     }
 
 
-def unit_order(params):
+def unit_order(params: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     """(before, after): with a driver container kubelet must come first (it starts the driver)."""
     before = params.get("before") or list(DEFAULT_BEFORE)
     if params.get("driver_root") in _HOST_DRIVER:
@@ -217,13 +221,13 @@ def unit_order(params):
     return [u for u in before if u != "kubelet.service"], ["kubelet.service"]
 
 
-def bundle_for(params, python):
+def bundle_for(params: Mapping[str, Any], python: str) -> tuple[dict[str, tuple[str, int]], str]:
     """bundle() for mig_boot_restore's parameters."""
     before, after = unit_order(params)
     return bundle(paths_of(params), desired_of(params), python, before=before, after=after)
 
 
-def installed_stamp(config_dir):
+def installed_stamp(config_dir: str) -> str | None:
     """The stamp of the restore installed on this host, or None."""
     try:
         with open(os.path.join(config_dir, DESIRED_FILE)) as handle:
@@ -243,7 +247,7 @@ DIR_MODE = 0o755
 _MAX_LINKS = 40
 
 
-def own_dirs(files, paths):
+def own_dirs(files: Iterable[str], paths: Mapping[str, str]) -> set[str]:
     """The directories that belong to the restore: config_dir, lib_dir and every directory under lib_dir
     holding one of its files (lib_dir is the restore's alone: anything else in it is removed)."""
     found = set([paths["config_dir"], paths["lib_dir"]])
@@ -255,7 +259,7 @@ def own_dirs(files, paths):
     return found
 
 
-def is_under(path, top):
+def is_under(path: str, top: str) -> bool:
     return path.startswith(top.rstrip("/") + "/")
 
 
@@ -277,7 +281,7 @@ def _who_can_change(path, st, uid):
     return None
 
 
-def unsafe_directories(directory, uid, skip=()):
+def unsafe_directories(directory: str, uid: int, skip: Collection[str] = ()) -> str | None:
     """Why another user than root and uid could change what lies under directory (one of it or the directories
     above it, as given and as resolved, is theirs or writable by group or others), or None. Directories in skip
     (the restore's own, brought to root's) and the ones not there yet (created root's) are not checked."""
@@ -299,7 +303,7 @@ def unsafe_directories(directory, uid, skip=()):
     return None
 
 
-def unsafe_interpreter(python, uid):
+def unsafe_interpreter(python: str, uid: int) -> str | None:
     """Why another user than root and uid could change the interpreter the unit runs (the file, a link on the way
     to it, or a directory above any of them), or None."""
     if not os.path.isabs(python):
@@ -323,7 +327,8 @@ def unsafe_interpreter(python, uid):
     return _who_can_change(path, st, uid)
 
 
-def refuse_unsafe(files, paths, python, uid):
+def refuse_unsafe(files: Mapping[str, tuple[str, int]], paths: Mapping[str, str], python: str | None,
+                  uid: int) -> None:
     """Raise RefusedError, before any change, when another user than root and uid could change what the unit
     runs at boot: a directory on the way to one of the restore's files that is not the restore's own, or the
     interpreter (python; None for a removal)."""
@@ -366,7 +371,7 @@ def _mismatch(st, mode, uid, gid):
     return None
 
 
-def drift(files, paths, uid, gid):
+def drift(files: Mapping[str, tuple[str, int]], paths: Mapping[str, str], uid: int, gid: int) -> dict[str, str]:
     """What on the host differs from the restore files ({path: (content, mode)}) describe, as {path: why}: a file's
     content (by its sha256), mode or owner, something other than a regular file, the restore's own directories'
     mode and owner, and entries under lib_dir that are not part of it. Empty when the restore is in step."""
@@ -395,7 +400,8 @@ def drift(files, paths, uid, gid):
     return dict((path, why) for path, why in found.items() if why)
 
 
-def strays(files, paths, own=None):
+def strays(files: Mapping[str, tuple[str, int]], paths: Mapping[str, str],
+           own: Collection[str] | None = None) -> list[str]:
     """Entries under lib_dir that are not the restore's (the launcher puts lib_dir first on the path: a module
     there would run as root at boot)."""
     own = own_dirs(files, paths) if own is None else own
@@ -410,7 +416,7 @@ def strays(files, paths, own=None):
     return sorted(found)
 
 
-def write_file(path, content, mode, uid, gid):
+def write_file(path: str, content: str, mode: int, uid: int, gid: int) -> None:
     """Write path whole, owned uid:gid with mode: a new file of a name no one can guess (mkstemp, which never
     follows a link) in the same directory, renamed over path (a link there is replaced, not followed)."""
     fd, scratch = tempfile.mkstemp(dir=os.path.dirname(path), prefix="." + os.path.basename(path) + ".")
@@ -455,7 +461,8 @@ def _remove(path):
         os.unlink(path)
 
 
-def install_files(files, paths, uid, gid, dry_run=False):
+def install_files(files: Mapping[str, tuple[str, int]], paths: Mapping[str, str], uid: int, gid: int,
+                  dry_run: bool = False) -> tuple[list[str], list[str]]:
     """Bring the host's restore files in step with files: (written, removed). Written: the files and the own
     directories created or brought back to their owner and mode, the desired state last (its stamp says the
     rest is in place); removed: what lay under lib_dir and was not the restore's. Call refuse_unsafe first."""
@@ -481,7 +488,8 @@ def install_files(files, paths, uid, gid, dry_run=False):
     return written, sorted(removed)
 
 
-def in_step(files, paths, python, uid, gid):
+def in_step(files: Mapping[str, tuple[str, int]], paths: Mapping[str, str], python: str | None, uid: int,
+            gid: int) -> bool:
     """Whether the restore installed on the host is exactly files (content by sha256, mode, owner), with nothing
     else under lib_dir, and nothing another user than root could change on the way to it."""
     try:
@@ -493,18 +501,18 @@ def in_step(files, paths, python, uid, gid):
 
 # -- what runs at boot ----------------------------------------------------------
 
-def log(message):
+def log(message: str) -> None:
     sys.stdout.write("gpuops-mig-restore: %s\n" % message)
     sys.stdout.flush()
 
 
-def run_command(argv, env=None):
+def run_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[int, str, str]:
     proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
                           env=dict(os.environ, **env) if env else None, check=False)
     return proc.returncode, proc.stdout, proc.stderr
 
 
-def open_session(desired):
+def open_session(desired: Mapping[str, Any]) -> nvml_lib.Nvml:
     """An NVML session, waiting up to wait_for_driver seconds for a driver that is not there yet."""
     deadline = time.monotonic() + float(desired.get("wait_for_driver") or 0)
     while True:
@@ -518,7 +526,7 @@ def open_session(desired):
             time.sleep(2)
 
 
-def restore(desired, dry_run=False):
+def restore(desired: Mapping[str, Any], dry_run: bool = False) -> int:
     nvml = open_session(desired)
     try:
         if nvml.driver.root:
@@ -568,7 +576,7 @@ def restore(desired, dry_run=False):
         nvml.__exit__(None, None, None)
 
 
-def fresh_device_files(desired, dry_run=False):
+def fresh_device_files(desired: Mapping[str, Any], dry_run: bool = False) -> int:
     """After the layout: /dev/nvidia-caps made current and the host's CDI spec regenerated, so containers get
     the MIG devices that now exist (absent keys: a restore installed before these steps, nothing to do). Each
     is tried; a failure is logged and gives EXIT_FAILED."""
@@ -594,7 +602,7 @@ def fresh_device_files(desired, dry_run=False):
     return status
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpuops-mig-restore",
                                      description="Restore the MIG mode and layout declared by gpuops.mig.")
     parser.add_argument("--desired", default=DEFAULT_DESIRED, help="desired-state file (default %(default)s)")

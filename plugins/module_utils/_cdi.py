@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from typing import Callable, Iterable
 
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError
 
@@ -27,12 +28,13 @@ class CdiError(GpuopsError):
     """The spec could not be regenerated (nothing was replaced)."""
 
 
-def spec_in_use(paths, exists=os.path.isfile):
+def spec_in_use(paths: Iterable[str], exists: Callable[[str], bool] = os.path.isfile) -> str | None:
     """The first of ``paths`` that exists: the spec the host uses (None: the host has none, nothing to do)."""
     return next((path for path in paths if exists(path)), None)
 
 
-def refresh(path, run, command="nvidia-ctk", check_mode=False):
+def refresh(path: str, run: Callable[..., tuple[int, str, str]], command: str = "nvidia-ctk",
+            check_mode: bool = False) -> bool:
     """Regenerate the spec at ``path`` with ``command cdi generate``; replace it only when it differs.
 
     The new spec is written in a private directory first (a file in the spec directory with a spec's

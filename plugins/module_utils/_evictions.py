@@ -21,8 +21,10 @@ fewest pods.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
 
-from ansible_collections.gpuops.mig.plugins.module_utils._gpu_layout import DEVICE_DESTROYED, pod_name
+from ansible_collections.gpuops.mig.plugins.module_utils._gpu_layout import (
+    DEVICE_DESTROYED, GpuGeometry, GpuPlan, pod_name)
 
 __all__ = [
     "DEVICE_DESTROYED",
@@ -49,7 +51,7 @@ class EvictionReason:
     uuid: object = None     # DEVICE_DESTROYED: its MIG device UUID, when known
     detail: str = ""        # readable, e.g. "GPU 0: 3g.20gb MIG-... (GI 1, CI 0) is destroyed"
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         data = {"reason": self.reason, "gpu": self.gpu, "detail": self.detail}
         if self.reason == DEVICE_DESTROYED:
             data.update(device=self.device, uuid=self.uuid)
@@ -63,7 +65,7 @@ class PodEviction:
     pod: str
     reasons: tuple          # EvictionReason, ...
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         return {"pod": self.pod, "reasons": [r.as_dict() for r in self.reasons]}
 
 
@@ -75,16 +77,18 @@ class NodeEvictions:
     drain_node: bool        # a reboot: every pod on the node goes, including those no GPU shows
 
     @property
-    def evicts_nothing(self):
+    def evicts_nothing(self) -> bool:
         """The change runs under the pods: cordon for the window, evict nobody."""
         return not self.drain_node and not self.pods
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         return {"evicts_nothing": self.evicts_nothing, "drain_node": self.drain_node,
                 "pods": [p.as_dict() for p in self.pods]}
 
 
-def node_evictions(plans, gpu_pods=None, mode_changes=(), resets=(), reboot=False, geometries=None):
+def node_evictions(plans: Mapping[int, GpuPlan | None], gpu_pods: Mapping[int, Iterable[str]] | None = None,
+                   mode_changes: Iterable[int] = (), resets: Iterable[int] = (), reboot: bool = False,
+                   geometries: Mapping[int, GpuGeometry] | None = None) -> NodeEvictions:
     """The pods a node's MIG change evicts, each with its reasons.
 
     plans: {GPU index: GpuPlan or None}, as planned with evict_pods=True.
@@ -145,7 +149,8 @@ def _result(reasons, drain_node):
                          drain_node=drain_node)
 
 
-def host_evictions(work, mode, gpu_pods=None):
+def host_evictions(work: Sequence[Any], mode: Mapping[str, Any],
+                   gpu_pods: Mapping[int, Iterable[str]] | None = None) -> NodeEvictions:
     """node_evictions for one host from what mig_node_info plans in check mode.
 
     work: _host_layout.plan_host's items (planned with evict_pods=True).

@@ -19,6 +19,7 @@ import itertools
 from collections import namedtuple
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
 
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import LayoutError
 
@@ -52,7 +53,7 @@ __all__ = [
 # GPU model description (filled from NVML by the adapter, or from test tables)
 # --------------------------------------------------------------------------
 
-def mig_device_name(ci_sm_slices, gi_sm_slices, gi_name):
+def mig_device_name(ci_sm_slices: int, gi_sm_slices: int, gi_name: str) -> str:
     """The MIG device name: the GI name when the CI uses the whole GI, else '<c>c.<gi name>' (mig-parted's)."""
     if ci_sm_slices == gi_sm_slices:
         return gi_name
@@ -91,7 +92,7 @@ class GiProfile:
         object.__setattr__(self, "ci_profiles", tuple(self.ci_profiles))
         object.__setattr__(self, "aliases", tuple(self.aliases))
 
-    def ci_profile(self, ci_profile_id):
+    def ci_profile(self, ci_profile_id: int) -> CiProfile | None:
         for ci in self.ci_profiles:
             if ci.id == ci_profile_id:
                 return ci
@@ -107,7 +108,7 @@ class DeviceType:
     ci: CiProfile   # the CI profile used when creating this kind of device
 
     @property
-    def is_full(self):
+    def is_full(self) -> bool:
         return self.ci.sm_slices == self.gi.sm_slices
 
 
@@ -156,11 +157,11 @@ class GpuGeometry:
         object.__setattr__(self, "_spellings", spellings)
         object.__setattr__(self, "_name_of", name_of)
 
-    def gi_profile(self, profile_id):
+    def gi_profile(self, profile_id: int) -> GiProfile | None:
         """The GiProfile with this NVML profile ID, or None."""
         return self._gi_by_id.get(profile_id)
 
-    def device_type(self, name):
+    def device_type(self, name: str) -> DeviceType:
         """The DeviceType for a canonical name or alias; LayoutError listing valid names if unknown."""
         canonical = self._spellings.get(name) if isinstance(name, str) else None
         if canonical is None:
@@ -168,11 +169,11 @@ class GpuGeometry:
                               % (name, ", ".join(self.device_names())))
         return self._types[canonical]
 
-    def device_name(self, gi_profile_id, ci_profile_id):
+    def device_name(self, gi_profile_id: int, ci_profile_id: int) -> str | None:
         """Canonical MIG device name of a CI profile inside a GI profile (None if unknown)."""
         return self._name_of.get((gi_profile_id, ci_profile_id))
 
-    def device_names(self):
+    def device_names(self) -> list[str]:
         """All canonical device names, smallest first."""
         return [t.name for t in sorted(self._types.values(), key=_type_order)]
 
@@ -219,22 +220,22 @@ class ComputeInstance:
         object.__setattr__(self, "pods", tuple(self.pods))
 
     @property
-    def busy(self):
+    def busy(self) -> bool:
         """Processes run on it."""
         return bool(self.pids)
 
     @property
-    def allocated(self):
+    def allocated(self) -> bool:
         """Kubernetes allocated it to a pod (which may not run anything on it yet)."""
         return bool(self.pods)
 
     @property
-    def pod_names(self):
+    def pod_names(self) -> tuple[str, ...]:
         """The pods ("namespace/pod") it is allocated to; several under time-slicing."""
         return tuple(sorted({pod_name(holder) for holder in self.pods}))
 
 
-def pod_name(holder):
+def pod_name(holder: str) -> str:
     """"namespace/pod" of a "namespace/pod/container" holder: a pod is evicted whole, whatever container holds
     the device (Kubernetes names contain no "/")."""
     return "/".join(str(holder).split("/")[:2])
@@ -289,27 +290,27 @@ class GpuPlan:
     result: tuple        # the layout afterwards; new parts have None ids
 
     @property
-    def changed(self):
+    def changed(self) -> bool:
         return bool(self.change or self.destroy or self.create)
 
     @property
-    def destroyed_devices(self):
+    def destroyed_devices(self) -> int:
         return (sum(len(gi.compute_instances) for gi in self.destroy)
                 + sum(len(c.destroy) for c in self.change))
 
     @property
-    def created_devices(self):
+    def created_devices(self) -> int:
         return (sum(len(gi.compute_instances) for gi in self.create)
                 + sum(len(c.create) for c in self.change))
 
-    def destroyed_compute_instances(self):
+    def destroyed_compute_instances(self) -> list[tuple[GpuInstance, ComputeInstance]]:
         """(GpuInstance, ComputeInstance) pairs for every MIG device the plan destroys."""
         pairs = [(gi, ci) for gi in self.destroy for ci in gi.compute_instances]
         pairs += [(c.gi, ci) for c in self.change for ci in c.destroy]
         return pairs
 
     @property
-    def evicted_pods(self):
+    def evicted_pods(self) -> tuple[tuple[str, tuple[tuple[GpuInstance, ComputeInstance], ...]], ...]:
         """The pods that must go because the plan destroys a device allocated to them, in name order:
         ((pod, ((GpuInstance, ComputeInstance), ...)), ...), each pod once whatever number of its devices go."""
         devices = {}
@@ -323,7 +324,7 @@ class GpuPlan:
 # Targets
 # --------------------------------------------------------------------------
 
-def normalize_target(geometry, target):
+def normalize_target(geometry: GpuGeometry, target: Any) -> dict[str, int]:
     """Map a mig-parted style {device name: count} to canonical names, dropping zeros.
 
     Aliases are folded into their canonical name. Raises LayoutError for an
@@ -344,7 +345,8 @@ def normalize_target(geometry, target):
     return dict(sorted(counts.items(), key=lambda item: order[item[0]]))
 
 
-def validate_target(geometry, target, reserved=()):
+def validate_target(geometry: GpuGeometry, target: Mapping[str, int],
+                    reserved: Sequence[GpuInstance] = ()) -> dict[str, int]:
     """Normalize a target and prove it fits on an empty GPU of this model.
 
     Returns the normalized {canonical name: count}. Raises LayoutError naming
@@ -432,7 +434,7 @@ class PinnedGi:
         object.__setattr__(self, "compute_instances", tuple(tuple(ci) for ci in self.compute_instances))
 
 
-def resolve_pins(geometry, pinned):
+def resolve_pins(geometry: GpuGeometry, pinned: Iterable[PinnedGi]) -> tuple[GpuInstance, ...]:
     """GpuInstances (no ids) for pinned GIs on this GPU model, proved to form a legal layout together.
 
     Raises LayoutError naming the pin (its label) when a profile is unknown or is not
@@ -511,7 +513,7 @@ def _placements_text(gi):
 # Layout checks and views
 # --------------------------------------------------------------------------
 
-def validate_layout(geometry, gpu_instances, allow_empty_gis=True):
+def validate_layout(geometry: GpuGeometry, gpu_instances: Iterable[GpuInstance], allow_empty_gis: bool = True) -> None:
     """Raise LayoutError unless the layout is legal for this GPU model.
 
     Checks profiles, legal and non-overlapping placements (GIs in memory
@@ -564,7 +566,7 @@ def validate_layout(geometry, gpu_instances, allow_empty_gis=True):
         raise LayoutError("the layout uses %d SM slices, but this GPU model has %d" % (used_sm, geometry.sm_slices))
 
 
-def device_counts(geometry, gpu_instances):
+def device_counts(geometry: GpuGeometry, gpu_instances: Iterable[GpuInstance]) -> dict[str, int]:
     """The mig-parted view of a layout: {canonical device name: count}, smallest first."""
     counts = {}
     for gi in gpu_instances:
@@ -578,7 +580,7 @@ def device_counts(geometry, gpu_instances):
     return dict(sorted(counts.items(), key=lambda item: order[item[0]]))
 
 
-def describe_layout(geometry, gpu_instances):
+def describe_layout(geometry: GpuGeometry, gpu_instances: Iterable[GpuInstance]) -> str:
     """Readable text, one line per GI, ordered by placement, for diffs.
 
     Example: ``GI 1  3g.20gb @0:4  [CI 0 3g.20gb MIG-...]``. Parts a plan will
@@ -607,12 +609,12 @@ def describe_layout(geometry, gpu_instances):
     return "".join(line + "\n" for line in lines)
 
 
-def layout_as_list(geometry, gpu_instances):
+def layout_as_list(geometry: GpuGeometry, gpu_instances: Iterable[GpuInstance]) -> list[dict[str, Any]]:
     """JSON-friendly form of a layout (for module results)."""
     return [_gi_as_dict(geometry, gi) for gi in sorted(gpu_instances, key=_gi_order)]
 
 
-def plan_as_dict(geometry, plan):
+def plan_as_dict(geometry: GpuGeometry, plan: GpuPlan) -> dict[str, Any]:
     """JSON-friendly form of a plan (for check mode)."""
     return {
         "keep": layout_as_list(geometry, plan.keep),
@@ -675,7 +677,7 @@ def _span(start, size):
     return ((1 << size) - 1) << start
 
 
-def largest_free_range(geometry, gpu_instances):
+def largest_free_range(geometry: GpuGeometry, gpu_instances: Iterable[GpuInstance]) -> int:
     """Length of the longest run of memory slices no GI uses."""
     mask = 0
     for gi in gpu_instances:
@@ -764,7 +766,8 @@ def _best_placement(geometry, occupied, requirement, memo):
 # The planner
 # --------------------------------------------------------------------------
 
-def plan_gpu(geometry, existing, target, force=False, pinned=(), evict_pods=False):
+def plan_gpu(geometry: GpuGeometry, existing: Iterable[GpuInstance], target: Mapping[str, int], force: bool = False,
+             pinned: Sequence[PinnedGi] = (), evict_pods: bool = False) -> GpuPlan:
     """Plan the change from the existing layout to the target device counts.
 
     existing: GpuInstances now on the GPU (ids set, CIs with their pids and pods).
@@ -896,7 +899,7 @@ def _device_text(geometry, gi, ci):
     return "%s %s" % (text, " and ".join(held))
 
 
-def describe_holder(name):
+def describe_holder(name: str) -> str:
     """A ``namespace/pod/container`` holder of a device in words: ``pod ns/name (container c)``; ``pod ns/name``
     for a ``namespace/pod`` holder (a DRA claim's, which belongs to the pod)."""
     namespace, pod, container = (name.split("/", 2) + ["", ""])[:3]
@@ -1211,7 +1214,8 @@ def _relax(states, key, cost, choices):
 # Last guard
 # --------------------------------------------------------------------------
 
-def check_plan(geometry, existing, target, plan, force=False, pinned=(), evict_pods=False):
+def check_plan(geometry: GpuGeometry, existing: Iterable[GpuInstance], target: Mapping[str, int], plan: GpuPlan,
+               force: bool = False, pinned: Sequence[GpuInstance] = (), evict_pods: bool = False) -> None:
     """Raise LayoutError unless the plan is a safe, valid way from existing to target.
 
     pinned: GpuInstances (from resolve_pins) that the result must hold exactly:

@@ -10,6 +10,7 @@ Private to the collection; no Ansible imports (the modules and the engine share 
 from __future__ import annotations
 
 import re
+from typing import Any, Iterable, Mapping, Sequence
 
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import SelectionError, excerpt
 
@@ -23,7 +24,7 @@ _UUID = re.compile(r"^GPU-\S+$", re.IGNORECASE)
 _BUS_ID = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 
 
-def normalize_bus_id(text):
+def normalize_bus_id(text: str) -> str | None:
     """'07:00.0', '0000:07:00.0' and '00000000:07:00.0' all name the same GPU."""
     m = _BUS_ID.match(text.strip())
     if not m:
@@ -32,7 +33,7 @@ def normalize_bus_id(text):
     return "%08X:%s:%s.%s" % (domain, m.group(2).upper(), m.group(3).upper(), m.group(4))
 
 
-def select_gpus(gpus, selectors):
+def select_gpus(gpus: Sequence[Mapping[str, Any]], selectors: Iterable[str | int]) -> list[Mapping[str, Any]]:
     """Pick GPUs by selector; ``gpus`` are dicts with index, uuid, pci_device_id, pci_bus_id.
 
     A selector is ``all``, an index, a GPU UUID, a PCI device ID (0xDDDDVVVV, every
@@ -46,7 +47,7 @@ def select_gpus(gpus, selectors):
     return [chosen[i] for i in sorted(chosen)]
 
 
-def explicitly_selected(gpus, selectors):
+def explicitly_selected(gpus: Sequence[Mapping[str, Any]], selectors: Iterable[str | int]) -> set[int]:
     """Indexes of GPUs named one by one (index, UUID or bus ID), not through all or a model ID."""
     named = set()
     for raw in selectors:

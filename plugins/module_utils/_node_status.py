@@ -13,6 +13,8 @@ Ansible imports.
 
 from __future__ import annotations
 
+from typing import Any, Iterable, Mapping
+
 FIELDS = ("capacity", "allocatable")
 
 
@@ -21,7 +23,8 @@ def _pointer(field, name):
     return "/status/%s/%s" % (field, name.replace("~", "~0").replace("/", "~1"))
 
 
-def removal_patch(node, names):
+def removal_patch(node: Mapping[str, Any] | None, names: Iterable[str]
+                  ) -> tuple[list[dict[str, Any]], list[str], list[str]]:
     """(operations, removed, kept) for removing ``names`` from the Node's status. A name is removed only where
     every field that lists it says 0; one with devices (or an odd quantity) in either field is kept."""
     status = (node or {}).get("status") or {}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import Any, Callable, Sequence
 
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import ApplyError, GpuopsError
 
@@ -44,7 +45,7 @@ def _under(root, parts):
     return os.path.join(root or "/", *parts)
 
 
-def caps_major(root):
+def caps_major(root: str | None) -> int | None:
     """The character major of nvidia-caps in <root>/proc/devices, or None when the driver registered none."""
     path = _under(root, PROC_DEVICES)
     try:
@@ -60,7 +61,7 @@ def caps_major(root):
     return None
 
 
-def parse_capability(path, text):
+def parse_capability(path: str, text: str) -> dict[str, Any]:
     """{"minor", "mode", "modify"} from a capability file's text."""
     values = {}
     for line in text.splitlines():
@@ -75,7 +76,7 @@ def parse_capability(path, text):
                         % (path, text[:200]))
 
 
-def capabilities(root):
+def capabilities(root: str | None) -> dict[int, dict[str, Any]]:
     """{minor: {"name", "minor", "mode", "modify"}} of every capability the driver lists now ({} without the
     directory: no driver, or one without MIG)."""
     top = _under(root, CAPABILITIES)
@@ -98,7 +99,7 @@ def capabilities(root):
     return found
 
 
-def node_path(root, minor):
+def node_path(root: str | None, minor: int) -> str:
     return os.path.join(_under(root, DEV_CAPS), "%s%d" % (NODE_PREFIX, minor))
 
 
@@ -107,7 +108,8 @@ def _node_minor(name):
     return int(digits) if name.startswith(NODE_PREFIX) and digits.isdigit() else None
 
 
-def plan(root, lstat=os.lstat, listdir=os.listdir):
+def plan(root: str | None, lstat: Callable[[str], os.stat_result] = os.lstat,
+         listdir: Callable[[str], list[str]] = os.listdir) -> list[tuple[str, str, dict[str, Any] | None]]:
     """[(action, path, capability or None)] that makes <root>/dev/nvidia-caps what the driver lists: a missing
     node created, one of the wrong kind or device numbers replaced, a wrong mode put right where the driver
     allows it (DeviceFileModify), and nvidia-cap<m> nodes of capabilities the driver no longer lists removed.
@@ -143,7 +145,7 @@ def plan(root, lstat=os.lstat, listdir=os.listdir):
     return actions
 
 
-def apply(root, actions):
+def apply(root: str | None, actions: Sequence[tuple[str, str, dict[str, Any] | None]]) -> None:
     """Carry out plan()'s actions (root's /dev/nvidia-caps created 0755 when missing)."""
     try:
         if actions:
@@ -161,14 +163,14 @@ def apply(root, actions):
             _under(root, DEV_CAPS), e.strerror or e, " (%s)" % e.filename if e.filename else ""))
 
 
-def describe(actions):
+def describe(actions: Sequence[tuple[str, str, dict[str, Any] | None]]) -> list[str]:
     """One line per action, for the result and the restore's log."""
     words = {CREATE: "created", REPLACE: "replaced", CHMOD: "mode set", REMOVE: "removed (no such capability)"}
     return ["%s %s%s" % (os.path.basename(path), words[action],
                          " (%s)" % capability["name"] if capability else "") for action, path, capability in actions]
 
 
-def refresh(root, check_mode=False):
+def refresh(root: str | None, check_mode: bool = False) -> list[str]:
     """Make <root>/dev/nvidia-caps current; returns the lines of what changed (empty: nothing did)."""
     actions = plan(root)
     if not check_mode:

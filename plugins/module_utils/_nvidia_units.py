@@ -17,6 +17,7 @@ Private to the collection; no Ansible imports; the module runs systemctl and pas
 from __future__ import annotations
 
 import os
+from typing import Any, Callable
 
 UNIT = "nvidia-mig-manager.service"
 OVERRIDE = "etc/systemd/system/nvidia-mig-manager.service.d/override.conf"
@@ -25,14 +26,14 @@ MARKER = "var/lib/gpuops-mig/nvidia-mig-manager.service.disabled-by-gpuops"
 SHOW_ARGS = ("show", UNIT)
 
 
-def parse_show(text):
+def parse_show(text: str | None) -> dict[str, bool]:
     """`systemctl show` output (KEY=VALUE lines) -> {present, enabled}."""
     values = dict(line.split("=", 1) for line in (text or "").splitlines() if "=" in line)
     return {"present": values.get("LoadState") == "loaded",
             "enabled": values.get("UnitFileState") in ("enabled", "enabled-runtime")}
 
 
-def selected_config(override_text):
+def selected_config(override_text: str | None) -> str | None:
     """MIG_PARTED_SELECTED_CONFIG from the drop-in's Environment= lines, or None."""
     found = None
     for line in (override_text or "").splitlines():
@@ -46,7 +47,8 @@ def selected_config(override_text):
     return found
 
 
-def state(show_text, root, read_text=None):
+def state(show_text: str | None, root: str | None,
+          read_text: Callable[[str], str | None] | None = None) -> dict[str, Any]:
     """What the role decides on: {unit, present, enabled, selected_config, override, marker,
     disabled_by_gpuops}. show_text: `systemctl show` output, None where there is no systemctl."""
     read_text = read_text or _read_text

@@ -25,6 +25,7 @@ import math
 import os
 import shutil
 import traceback
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 try:
     import pynvml
@@ -102,7 +103,7 @@ DRIVER_ROOT_HOST = "/"
 _ERROR_NAMES = {}
 
 
-def error_name(code):
+def error_name(code: int | None) -> str | None:
     """pynvml's name for an NVML return code (NVML_ERROR_IN_USE), or None when it has none."""
     if code is None or not HAS_PYNVML:
         return None
@@ -114,28 +115,28 @@ def error_name(code):
     return _ERROR_NAMES.get(code)
 
 
-def nvml_reason(code):
+def nvml_reason(code: int | None) -> str:
     name = error_name(code)
     return _REASONS.get(name, "NVML error %s" % (name or code))
 
 
-def nvml_failure(what, exc):
+def nvml_failure(what: str, exc: BaseException) -> NvmlError:
     """NvmlError for a pynvml.NVMLError raised while doing `what`."""
     code = getattr(exc, "value", None)
     return NvmlError("%s: %s" % (what, nvml_reason(code)), code, error_name(code))
 
 
-def is_error(exc, *names):
+def is_error(exc: BaseException, *names: str) -> bool:
     """Whether a pynvml.NVMLError (or NvmlError) carries one of the given pynvml error names."""
     code = getattr(exc, "value", getattr(exc, "code", None))
     return error_name(code) in names
 
 
-def mode_name(value):
+def mode_name(value: int | None) -> str:
     return "enabled" if value == 1 else "disabled"
 
 
-def mig_profile_memory_gb(profile_memory_mib, total_memory_bytes):
+def mig_profile_memory_gb(profile_memory_mib: int, total_memory_bytes: int) -> int:
     """Memory part of a MIG profile name, computed the way NVIDIA's tools do.
 
     The fraction of memory is rounded up to the next eighth, multiplied by the
@@ -149,12 +150,12 @@ def mig_profile_memory_gb(profile_memory_mib, total_memory_bytes):
     return int(math.floor(fraction * total_gb + 0.5))
 
 
-def gi_profile_name(constant, sm_slices, memory_mib, total_memory_bytes):
+def gi_profile_name(constant: int, sm_slices: int, memory_mib: int, total_memory_bytes: int) -> str:
     memory_gb = mig_profile_memory_gb(memory_mib, total_memory_bytes)
     return "%dg.%dgb%s" % (sm_slices, memory_gb, _GI_SUFFIX.get(constant, ""))
 
 
-def mig_device_counts(gpu_instances):
+def mig_device_counts(gpu_instances: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """The mig-parted view of a layout: MIG device name -> count."""
     counts = {}
     for gi in gpu_instances:
@@ -163,14 +164,14 @@ def mig_device_counts(gpu_instances):
     return counts
 
 
-def facts_without_driver(error, simulated):
+def facts_without_driver(error: str | None, simulated: str | None) -> dict[str, Any]:
     """The mig_facts view of a host whose driver (or nvidia-ml-py) cannot be used: a fact, not a failure."""
     return {"driver": {"present": False, "version": None, "cuda_version": None, "nvml_version": None,
                        "root": None, "library": None, "error": error},
             "simulated": bool(simulated), "gpu_count": 0, "mig_capable_count": 0, "gpus": []}
 
 
-def missing_driver_message(error):
+def missing_driver_message(error: BaseException) -> str:
     """What facts_without_driver() says for a MissingLibrary or DriverNotFound error."""
     return "nvidia-ml-py (import pynvml) is not installed" if isinstance(error, MissingLibrary) else str(error)
 
@@ -184,12 +185,12 @@ def _text(value):
 class Driver(object):
     """Where this host's NVIDIA driver is: on the host (``root`` None) or under a driver root."""
 
-    def __init__(self, root=None, library=SONAME, nvidia_smi=None):
+    def __init__(self, root: str | None = None, library: str = SONAME, nvidia_smi: str | None = None) -> None:
         self.root = root
         self.library = library
         self.nvidia_smi = nvidia_smi
 
-    def smi_command(self, configured="nvidia-smi"):
+    def smi_command(self, configured: str = "nvidia-smi") -> tuple[str, dict[str, str]]:
         """(executable, environment) to run nvidia-smi for this driver.
 
         Under a driver root the root's own nvidia-smi runs with LD_PRELOAD set to the
@@ -201,11 +202,11 @@ class Driver(object):
         executable = self.nvidia_smi if configured == "nvidia-smi" and self.nvidia_smi else configured
         return executable, {"LD_PRELOAD": self.library}
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         return {"root": self.root, "library": self.library, "nvidia_smi": self.nvidia_smi}
 
 
-def find_in_root(root, name, directories):
+def find_in_root(root: str, name: str, directories: Iterable[str]) -> str | None:
     """The file `name` in the first of `directories` under `root` that has it, or None.
 
     Links are followed inside the root: an absolute link target names a path of the
@@ -224,7 +225,7 @@ def find_in_root(root, name, directories):
     return None
 
 
-def driver_root_candidates(host_root=DRIVER_ROOT_HOST):
+def driver_root_candidates(host_root: str = DRIVER_ROOT_HOST) -> list[str]:
     """Driver roots to try when the host has no library of its own, most specific first.
 
     The operator validator's driver-ready file names the root it validated
@@ -256,7 +257,7 @@ def _env_file(path):
     return values
 
 
-def check_driver_root(driver_root):
+def check_driver_root(driver_root: str | None) -> str:
     """The driver_root setting (None: auto); RefusedError for an empty one, which names no place."""
     if driver_root is None:
         return DRIVER_ROOT_AUTO
@@ -266,7 +267,8 @@ def check_driver_root(driver_root):
     return driver_root
 
 
-def find_driver(driver_root, open_library, host_root=DRIVER_ROOT_HOST):
+def find_driver(driver_root: str | None, open_library: Callable[[str], Any],
+                host_root: str = DRIVER_ROOT_HOST) -> tuple[Driver, Any]:
     """(Driver, library handle) for the driver_root setting; DriverNotFound naming what was tried.
 
     ``open_library(path)`` loads a library as ctypes.CDLL does (OSError when it cannot).
@@ -316,7 +318,7 @@ class Nvml(object):
     the driver was found once the session is open.
     """
 
-    def __init__(self, simulate=None, driver_root=None):
+    def __init__(self, simulate: str | None = None, driver_root: str | None = None) -> None:
         self.simulate = simulate if simulate is not None else os.environ.get(SIMULATE_ENV) or None
         self.driver_root = driver_root
         self.driver = None
@@ -375,27 +377,27 @@ class Nvml(object):
             raise nvml_failure(what, e)
 
     # -- system --------------------------------------------------------------
-    def driver_version(self):
+    def driver_version(self) -> str:
         return _text(self._call("reading the driver version", pynvml.nvmlSystemGetDriverVersion))
 
-    def cuda_driver_version(self):
+    def cuda_driver_version(self) -> str:
         v = self._call("reading the CUDA driver version", pynvml.nvmlSystemGetCudaDriverVersion)
         return "%d.%d" % (v // 1000, (v % 1000) // 10)
 
-    def nvml_version(self):
+    def nvml_version(self) -> str:
         return _text(self._call("reading the NVML version", pynvml.nvmlSystemGetNVMLVersion))
 
-    def gpu_count(self):
+    def gpu_count(self) -> int:
         return self._call("counting GPUs", pynvml.nvmlDeviceGetCount)
 
     # -- GPUs ----------------------------------------------------------------
-    def handle(self, index):
+    def handle(self, index: int) -> Any:
         if index not in self._handles:
             self._handles[index] = self._call("opening GPU %d" % index,
                                               pynvml.nvmlDeviceGetHandleByIndex, index)
         return self._handles[index]
 
-    def gpu(self, index):
+    def gpu(self, index: int) -> dict[str, Any]:
         """Identity and MIG mode of one GPU, as a dict (cached per session)."""
         if index in self._described:
             return self._described[index]
@@ -424,7 +426,7 @@ class Nvml(object):
         self._described[index] = info
         return info
 
-    def mig_mode(self, index):
+    def mig_mode(self, index: int) -> tuple[int, int] | None:
         """(current, pending) as 0/1, or None when the GPU is not MIG-capable."""
         try:
             current, pending = pynvml.nvmlDeviceGetMigMode(self.handle(index))
@@ -434,7 +436,7 @@ class Nvml(object):
             raise nvml_failure("%s: reading the MIG mode" % self.gpu(index)["label"], e)
         return current, pending
 
-    def set_mig_mode(self, index, enabled):
+    def set_mig_mode(self, index: int, enabled: bool) -> int:
         """Ask the driver for a MIG mode; returns the NVML activation status code."""
         label = self.gpu(index)["label"]
         status = self._call("%s: setting MIG mode %s" % (label, mode_name(1 if enabled else 0)),
@@ -442,11 +444,11 @@ class Nvml(object):
         self.forget_handles()
         return status
 
-    def forget_handles(self):
+    def forget_handles(self) -> None:
         self._handles.clear()
 
     # -- profiles ------------------------------------------------------------
-    def gi_profiles(self, index):
+    def gi_profiles(self, index: int) -> list[dict[str, Any]]:
         """GPU-instance profiles this GPU supports, read from NVML (IDs differ per model)."""
         h = self.handle(index)
         gpu = self.gpu(index)
@@ -486,7 +488,7 @@ class Nvml(object):
         self._call(what, pynvml.nvmlDeviceGetGpuInstancePossiblePlacements, h, profile_id, array, pynvml.byref(count))
         return [(array[i].start, array[i].size) for i in range(count.value)]
 
-    def ci_profiles(self, gi_handle):
+    def ci_profiles(self, gi_handle: Any) -> list[tuple[int, Any]]:
         """Compute-instance profiles of one existing GPU instance: [(constant, info)]."""
         found = []
         for constant in range(_CI_PROFILE_COUNT):
@@ -497,7 +499,7 @@ class Nvml(object):
             found.append((constant, info))
         return found
 
-    def ci_placements(self, gi_handle, ci_profile_id):
+    def ci_placements(self, gi_handle: Any, ci_profile_id: int) -> list[tuple[int, int]]:
         count = pynvml.c_uint(0)
         what = "reading compute-instance placements"
         self._call(what, pynvml.nvmlGpuInstanceGetComputeInstancePossiblePlacements,
@@ -510,7 +512,8 @@ class Nvml(object):
         return [(array[i].start, array[i].size) for i in range(count.value)]
 
     # -- instances -----------------------------------------------------------
-    def gpu_instance_handles(self, index, profiles=None):
+    def gpu_instance_handles(self, index: int, profiles: Sequence[Mapping[str, Any]] | None = None
+                             ) -> list[tuple[Any, Any]]:
         """[(gi_handle, info)] for every GPU instance on the GPU."""
         h = self.handle(index)
         label = self.gpu(index)["label"]
@@ -527,7 +530,7 @@ class Nvml(object):
         found.sort(key=lambda item: (item[1].placement.start, item[1].id))
         return found
 
-    def compute_instance_handles(self, gi_handle, label):
+    def compute_instance_handles(self, gi_handle: Any, label: str) -> list[tuple[Any, Any, Any]]:
         found = []
         for _constant, ci_profile in self.ci_profiles(gi_handle):
             count = pynvml.c_uint(0)
@@ -541,7 +544,7 @@ class Nvml(object):
         found.sort(key=lambda item: (item[1].placement.start, item[1].id))
         return found
 
-    def mig_devices(self, index):
+    def mig_devices(self, index: int) -> dict[tuple[int, int], dict[str, Any]]:
         """{(gi_id, ci_id): {"uuid": ..., "processes": [...]}} for the GPU's MIG devices."""
         h = self.handle(index)
         label = self.gpu(index)["label"]
@@ -562,7 +565,7 @@ class Nvml(object):
             }
         return devices
 
-    def gpu_processes(self, index):
+    def gpu_processes(self, index: int) -> list[dict[str, Any]]:
         """Processes on the whole GPU (in MIG mode: all of them, with their GI/CI ids)."""
         return self._processes(self.handle(index), self.gpu(index)["label"])
 
@@ -584,7 +587,7 @@ class Nvml(object):
                 }
         return [seen[pid] for pid in sorted(seen)]
 
-    def layout(self, index, profiles=None):
+    def layout(self, index: int, profiles: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
         """The GPU's GPU instances, each with its compute instances, MIG UUIDs and processes."""
         gpu = self.gpu(index)
         label = gpu["label"]
@@ -620,7 +623,7 @@ class Nvml(object):
         return self._call("%s: opening GPU instance %d" % (label, gi_id),
                           pynvml.nvmlDeviceGetGpuInstanceById, self.handle(index), gi_id)
 
-    def create_gpu_instance(self, index, profile_id, start, size):
+    def create_gpu_instance(self, index: int, profile_id: int, start: int, size: int) -> int:
         """Create a GPU instance at an explicit placement; returns its id."""
         label = self.gpu(index)["label"]
         placement = pynvml.c_nvmlGpuInstancePlacement_t()
@@ -631,7 +634,8 @@ class Nvml(object):
                         self.handle(index), profile_id, pynvml.byref(placement))
         return self._call(label, pynvml.nvmlGpuInstanceGetInfo, gi).id
 
-    def create_compute_instance(self, index, gi_id, ci_profile_constant, start=None):
+    def create_compute_instance(self, index: int, gi_id: int, ci_profile_constant: int,
+                                start: int | None = None) -> int:
         """Create a compute instance in a GPU instance; returns its id."""
         label = "%s GPU instance %d" % (self.gpu(index)["label"], gi_id)
         gi = self._gi_handle(index, gi_id)
@@ -648,14 +652,14 @@ class Nvml(object):
                             gi, ci_info.id, pynvml.byref(placement))
         return self._call(label, pynvml.nvmlComputeInstanceGetInfo, ci).id
 
-    def destroy_compute_instance(self, index, gi_id, ci_id):
+    def destroy_compute_instance(self, index: int, gi_id: int, ci_id: int) -> None:
         label = "%s GPU instance %d" % (self.gpu(index)["label"], gi_id)
         gi = self._gi_handle(index, gi_id)
         ci = self._call("%s: opening compute instance %d" % (label, ci_id),
                         pynvml.nvmlGpuInstanceGetComputeInstanceById, gi, ci_id)
         self._call("%s: destroying compute instance %d" % (label, ci_id), pynvml.nvmlComputeInstanceDestroy, ci)
 
-    def destroy_gpu_instance(self, index, gi_id):
+    def destroy_gpu_instance(self, index: int, gi_id: int) -> None:
         """Destroy a GPU instance together with its compute instances (CIs first, as the driver needs).
 
         When a destroy fails after some of its compute instances are gone, they are created
@@ -700,7 +704,7 @@ class Nvml(object):
         return ("its %d compute instance(s) had been destroyed first and were created again at the same profiles "
                 "and placements (with new MIG device UUIDs), so %s is whole" % (len(destroyed), where))
 
-    def describe_gpu_instance(self, index, gi_id):
+    def describe_gpu_instance(self, index: int, gi_id: int) -> str:
         """'GPU instance 3 (3g.40gb, placement 4:4)' as far as NVML still tells."""
         try:
             info = self._call("reading GPU instance %d" % gi_id, pynvml.nvmlGpuInstanceGetInfo,
@@ -713,7 +717,7 @@ class Nvml(object):
             info.placement.size)
 
     # -- whole picture -------------------------------------------------------
-    def describe(self, index, with_layout=True):
+    def describe(self, index: int, with_layout: bool = True) -> dict[str, Any]:
         """Everything known about one GPU as plain data (what mig_facts reports)."""
         info = dict(self.gpu(index))
         info.pop("memory_total_bytes", None)
@@ -751,7 +755,7 @@ _SHELL_SYNTAX = (";", "|", "&", "$", "`", "<", ">", "\n", "\r")
 SBIN_DIRS = ("/usr/sbin", "/sbin")
 
 
-def check_program(value, option):
+def check_program(value: str | None, option: str) -> str:
     """``value`` when it names one program (a name to look up in PATH, or an absolute path);
     RefusedError naming ``option`` otherwise: no arguments, no shell syntax, no relative path."""
     usage = ("%s takes a single program path (a name looked up in PATH, or an absolute path), run without a "
@@ -767,7 +771,7 @@ def check_program(value, option):
     return value
 
 
-def find_program(value, option, directories=SBIN_DIRS, absolute=False):
+def find_program(value: str, option: str, directories: Sequence[str] = SBIN_DIRS, absolute: bool = False) -> str:
     """The absolute path of the executable ``value`` names (check_program's rules), looked up in
     PATH and then ``directories``; RefusedError when there is none or it cannot be executed
     (or, with ``absolute``, when ``value`` is a bare name)."""
@@ -786,7 +790,7 @@ def find_program(value, option, directories=SBIN_DIRS, absolute=False):
     return os.path.abspath(found)
 
 
-def check_command_line(value, option):
+def check_command_line(value: str, option: str) -> str:
     """``value`` when it is a program with arguments that runs without a shell (split as shlex does);
     RefusedError for shell syntax, which would reach the program as literal arguments."""
     if _shell_syntax(value):
@@ -802,7 +806,7 @@ def _shell_syntax(value):
 
 # -- GPU reset ---------------------------------------------------------------
 
-def classify_reset_failure(text):
+def classify_reset_failure(text: str) -> str:
     """Map nvidia-smi's reset refusal to a reason: 'in_use', 'not_supported', 'primary' or 'other'."""
     lowered = text.lower()
     if "in use" in lowered or "being used" in lowered or "processes" in lowered:
@@ -824,7 +828,9 @@ RESET_HINTS = {
 }
 
 
-def reset_gpus(bus_ids, run_command, nvidia_smi=("nvidia-smi", None)):
+def reset_gpus(bus_ids: Iterable[str], run_command: Callable[..., tuple[int, str, str]],
+               nvidia_smi: tuple[str, Mapping[str, str] | None] = ("nvidia-smi", None)
+               ) -> dict[str, tuple[bool, str | None, str]]:
     """Reset the given GPUs with ``nvidia-smi -r -i``; the mechanism that exists in the field.
 
     ``run_command(argv, env) -> (rc, stdout, stderr)``, raising OSError when the program
@@ -850,12 +856,12 @@ def reset_gpus(bus_ids, run_command, nvidia_smi=("nvidia-smi", None)):
 
 # -- processes that stand in the way ----------------------------------------
 
-def busy_devices(gpu_instances):
+def busy_devices(gpu_instances: Iterable[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
     """[(gi, ci)] of the given layout whose MIG devices have processes."""
     return [(gi, ci) for gi in gpu_instances for ci in gi["compute_instances"] if ci["processes"]]
 
 
-def describe_busy(label, busy):
+def describe_busy(label: str, busy: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> str:
     """'GPU 0 (...): GPU instance 1 (3g.20gb @0:4) compute instance 0, MIG-..., PIDs 41, 42'."""
     parts = []
     for gi, ci in busy:
@@ -865,7 +871,7 @@ def describe_busy(label, busy):
     return "%s: %s" % (label, "; ".join(parts))
 
 
-def pid_alive(pid):
+def pid_alive(pid: int) -> bool:
     """True while the process exists and is not a zombie waiting to be reaped."""
     try:
         os.kill(pid, 0)
@@ -880,7 +886,7 @@ def pid_alive(pid):
         return True
 
 
-def terminate_processes(pids, timeout=10.0, poll=0.1):
+def terminate_processes(pids: Iterable[int], timeout: float = 10.0, poll: float = 0.1) -> list[int]:
     """SIGTERM, then SIGKILL after ``timeout`` seconds; returns the PIDs still alive at the end."""
     import signal
     import time

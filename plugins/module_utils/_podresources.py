@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import Any, Iterable, Mapping
 
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import AllocationsUnreadable
 
@@ -35,7 +36,7 @@ DEVICE_PREFIXES = ("MIG-", "GPU-")
 REPLICA_SEPARATOR = "::"                  # NVIDIA's device plugin: <UUID>::<replica> under time-slicing
 
 
-def read_allocations(socket_path=DEFAULT_SOCKET, timeout=TIMEOUT):
+def read_allocations(socket_path: str = DEFAULT_SOCKET, timeout: float = TIMEOUT) -> dict[str, Any]:
     """``{"allocations", "allocations_source", "allocations_error"}`` for this node.
 
     allocations: per device ID a container holds, ``{"device_uuid", "namespace", "pod", "container",
@@ -49,7 +50,7 @@ def read_allocations(socket_path=DEFAULT_SOCKET, timeout=TIMEOUT):
     return {"allocations": allocations_from(answer), "allocations_source": SOURCE, "allocations_error": None}
 
 
-def split_device_id(device_id):
+def split_device_id(device_id: str) -> tuple[str | None, int | None]:
     """``(UUID, replica)`` of an NVIDIA device plugin's device ID (replica None without a suffix);
     ``(None, None)`` for an ID that names no NVIDIA GPU or MIG device."""
     uuid, _sep, replica = device_id.partition(REPLICA_SEPARATOR)
@@ -58,7 +59,7 @@ def split_device_id(device_id):
     return uuid, (int(replica) if replica.isdigit() else None)
 
 
-def allocations_from(answer):
+def allocations_from(answer: Any) -> list[dict[str, str]]:
     """The allocations in a ListPodResourcesResponse, in the order the kubelet lists them."""
     out = []
     for pod in answer.pod_resources:
@@ -72,7 +73,7 @@ def allocations_from(answer):
     return out
 
 
-def holder(allocation):
+def holder(allocation: Mapping[str, Any]) -> str:
     """One holder as ``namespace/pod/container`` (what ComputeInstance.pods carries); ``namespace/pod`` for a
     DRA claim's, which belongs to the pod (_dra_claims)."""
     if not allocation.get("container"):
@@ -80,7 +81,7 @@ def holder(allocation):
     return "%s/%s/%s" % (allocation["namespace"], allocation["pod"], allocation["container"])
 
 
-def holders_by_device(allocations):
+def holders_by_device(allocations: Iterable[Mapping[str, Any]] | None) -> dict[str, tuple[str, ...]]:
     """{UUID: sorted tuple of distinct holders}; a container holding several replicas is one holder."""
     found = {}
     for allocation in allocations or ():
@@ -88,7 +89,7 @@ def holders_by_device(allocations):
     return dict((uuid, tuple(sorted(names))) for uuid, names in found.items())
 
 
-def list_pod_resources(socket_path, timeout=TIMEOUT):
+def list_pod_resources(socket_path: str, timeout: float = TIMEOUT) -> Any:
     """The kubelet's ListPodResourcesResponse; AllocationsUnreadable with the reason otherwise."""
     where = "the kubelet's PodResources socket %s" % socket_path
     try:

@@ -23,6 +23,7 @@ import json
 import re
 import reprlib
 from collections.abc import Mapping
+from typing import Any
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _gpu_layout as gpu_layout
 from ansible_collections.gpuops.mig.plugins.module_utils import _host_layout as host_layout
@@ -47,7 +48,7 @@ _PROFILE_INTS = (("id", 0, 1023), ("sm_slices", 1, _SLICES_MAX), ("memory_slices
                  ("max_count", 1, _SLICES_MAX))
 
 
-def models_from_facts(gpu_facts):
+def models_from_facts(gpu_facts: Any) -> dict[str, tuple[str, list[dict[str, Any]]]]:
     """{pci_device_id: (GPU name, supported_profiles)} for the MIG-capable GPUs, in first-seen order.
 
     The facts are checked as the modules would see the GPU: ConfigError names the GPU and the field."""
@@ -90,7 +91,7 @@ def _gpu_label(gpu, position):
     return "GPU %d" % index
 
 
-def check_pci_id(value, label):
+def check_pci_id(value: Any, label: str) -> str:
     """The GPU's PCI device ID as "0xDDDDVVVV"; ConfigError naming the GPU when it is not one."""
     if value is None or value == "":
         raise ConfigError("%s has no pci_device_id in its facts" % label)
@@ -101,7 +102,7 @@ def check_pci_id(value, label):
                           % (label, describe(value)))
 
 
-def check_profiles(value, label):
+def check_profiles(value: Any, label: str) -> list[dict[str, Any]]:
     """supported_profiles, checked and copied as plain values; the GPU's geometry must build from them.
 
     The copy is shared between GPUs that list the same profiles: callers must not change it."""
@@ -171,7 +172,7 @@ def _checked_profiles(value, label):
     return profiles
 
 
-def describe(value):
+def describe(value: Any) -> str:
     """A value for a message: its repr (escaped: no control character of the input reaches a console),
     cut to about 80 characters whatever the value holds."""
     try:
@@ -207,12 +208,12 @@ def _balanced(profiles):
     return mix
 
 
-def generate_config(gpu_facts):
+def generate_config(gpu_facts: Any) -> dict[str, Any]:
     """The mig-parted v1 config (a mapping) for the GPUs of these facts."""
     return build(gpu_facts)["config"]
 
 
-def build(gpu_facts):
+def build(gpu_facts: Any) -> dict[str, Any]:
     """{config: the v1 config, content: it as YAML text, models: models_from_facts()}.
 
     The text is read back with the modules' own parser and every config resolved against each GPU

@@ -26,6 +26,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+from typing import Any, Iterable, Mapping
 
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _kueue as kueue
 from ansible_collections.gpuops.mig.plugins.plugin_utils._plan_demand import PlanInputError, demand_from_claims
@@ -38,7 +39,7 @@ class DemandError(ValueError):
     """A source option that cannot be used; the message names it."""
 
 
-def pod_request(pod):
+def pod_request(pod: Mapping[str, Any]) -> dict[str, int]:
     """{resource: count} of nvidia.com/mig-* devices a pending pod waits for; {} when it waits for none.
 
     A pod counts while it has no node, has not finished and is not being deleted. Per container the
@@ -65,7 +66,7 @@ def pod_request(pod):
     return asked
 
 
-def claim_request(claim):
+def claim_request(claim: Mapping[str, Any]) -> tuple[dict[str, int], str | None]:
     """({resource: count}, warning or None) of a ResourceClaim: what a pending claim of the DeviceClass
     mig.nvidia.com asks for, read by the planner (_plan_demand.demand_from_claims), its profiles named as the
     device plugin names them (1g.10gb -> nvidia.com/mig-1g.10gb) so that a pod and a claim add up. An
@@ -79,7 +80,7 @@ def claim_request(claim):
     return dict((resource_of(item["profile"]), item["count"]) for item in items if item["count"] > 0), None
 
 
-def workload_request(workload):
+def workload_request(workload: Mapping[str, Any]) -> tuple[dict[str, int], str | None]:
     """({resource: count}, warning or None) of a Kueue Workload waiting for admission: its pod sets as the
     planner reads them (_kueue.pending_pods), summed over the pods. An admitted Workload asks for nothing here
     (its pods exist and are counted as pods)."""
@@ -91,7 +92,7 @@ def workload_request(workload):
     return asked, (warnings[0] if warnings else None)
 
 
-def resource_of(profile):
+def resource_of(profile: str) -> str:
     """1g.10gb+me -> nvidia.com/mig-1g.10gb.me: the device plugin's resource of a MIG profile."""
     return MIG_RESOURCE_PREFIX + profile.replace("+", ".")
 
@@ -103,7 +104,7 @@ KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSIONS = ("v1beta2", "v1beta1")
 
 
-def watched_kinds(args):
+def watched_kinds(args: Mapping[str, Any]) -> dict[str, tuple[str, str, str]]:
     """{kind: (group, version, plural)} the source watches: pods always, ResourceClaims unless ``claims`` is
     false, Kueue Workloads (of ``kueue_api_version``) unless ``workloads`` is false."""
     kinds = {PODS: ("", "v1", "pods")}
@@ -119,7 +120,7 @@ def watched_kinds(args):
     return kinds
 
 
-def check_flag(value, name):
+def check_flag(value: Any, name: str) -> bool:
     """true or false; ansible-rulebook renders templated options as text, so 'True' and 'false' count too."""
     if isinstance(value, bool):
         return value
@@ -146,12 +147,12 @@ def _created(pod):
         return None
 
 
-def pod_key(pod):
+def pod_key(pod: Mapping[str, Any]) -> str:
     meta = pod.get("metadata") or {}
     return "%s/%s" % (meta.get("namespace") or "default", meta.get("name") or "")
 
 
-def fingerprint(profiles, pods, claims=0, workloads=0):
+def fingerprint(profiles: Mapping[str, int], pods: int, claims: int = 0, workloads: int = 0) -> str:
     """The demand's identity: the devices asked for per resource and the number of pods, claims and Workloads
     asking (claims and Workloads only when there are some, so a demand of pods alone keeps its fingerprint)."""
     counted = {"profiles": profiles, "pods": pods}
@@ -167,12 +168,12 @@ class DemandTracker(object):
     """The pods, ResourceClaims and Kueue Workloads that wait for MIG devices, kept current from listings and
     watch events of each kind."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.pending = {}   # (kind, namespace/name) -> (request, created epoch seconds or None)
         self._said = {}     # (kind, namespace/name) -> the warning last given for it
         self._warnings = []
 
-    def replace(self, objs, kind=PODS):
+    def replace(self, objs: Iterable[Any], kind: str = PODS) -> None:
         """A full listing of one kind (at start and after 410 Gone): its waiting objects are exactly these."""
         self.pending = dict((key, value) for key, value in self.pending.items() if key[0] != kind)
         listed = set()
@@ -182,7 +183,7 @@ class DemandTracker(object):
         # A warning already given for an object still listed is not given again; one gone is forgotten.
         self._said = dict((key, value) for key, value in self._said.items() if key[0] != kind or key in listed)
 
-    def apply(self, event_type, obj, kind=PODS):
+    def apply(self, event_type: str, obj: Any, kind: str = PODS) -> bool:
         """One watch event (ADDED, MODIFIED, DELETED) of one kind. Returns True when the demand changed."""
         if not isinstance(obj, dict):
             return False
@@ -201,12 +202,12 @@ class DemandTracker(object):
             self._said.pop(key, None)
         return self.pending.get(key) != before
 
-    def take_warnings(self):
+    def take_warnings(self) -> list[str]:
         """The warnings not handed out yet (objects skipped because they cannot be read)."""
         warnings, self._warnings = self._warnings, []
         return warnings
 
-    def snapshot(self, now):
+    def snapshot(self, now: float) -> dict[str, Any]:
         """The aggregated demand: {profiles, pods, claims, workloads, waiting, oldest_pending_seconds, fingerprint}."""
         profiles = {}
         counts = {PODS: 0, CLAIMS: 0, WORKLOADS: 0}
@@ -234,7 +235,7 @@ class Debouncer(object):
     Nothing is emitted at start while nothing waits (the empty demand counts as already said).
     """
 
-    def __init__(self, settle_seconds, max_wait_seconds=None):
+    def __init__(self, settle_seconds: Any, max_wait_seconds: Any = None) -> None:
         self.settle = check_seconds(settle_seconds, "settle_seconds")
         self.max_wait = check_seconds(self.settle * 4 if max_wait_seconds is None else max_wait_seconds,
                                       "max_wait_seconds")
@@ -246,7 +247,7 @@ class Debouncer(object):
         self._changed_at = None     # when the demand last changed
         self._first_change = None   # when it first differed from what was last emitted
 
-    def observe(self, snapshot, now):
+    def observe(self, snapshot: Mapping[str, Any], now: float) -> None:
         if self._candidate is not None and snapshot["fingerprint"] == self._candidate["fingerprint"]:
             self._candidate = snapshot   # same demand: keep its settle clock, refresh its age
             return
@@ -257,7 +258,7 @@ class Debouncer(object):
         elif self._first_change is None:
             self._first_change = now
 
-    def due(self, now):
+    def due(self, now: float) -> Mapping[str, Any] | None:
         if self._candidate is None or self._first_change is None:
             return None
         if now - self._changed_at < self.settle and now - self._first_change < self.max_wait:
@@ -267,13 +268,13 @@ class Debouncer(object):
         self._first_change = None
         return emitted
 
-    def wait(self, now, idle=60.0):
+    def wait(self, now: float, idle: float = 60.0) -> float:
         if self._first_change is None:
             return idle
         return max(0.0, min(self._changed_at + self.settle, self._first_change + self.max_wait) - now)
 
 
-def check_seconds(value, name):
+def check_seconds(value: Any, name: str) -> float:
     if isinstance(value, bool):
         raise DemandError("%s must be a number of seconds, got %r" % (name, value))
     try:
@@ -288,14 +289,14 @@ def check_seconds(value, name):
 class Backoff(object):
     """Seconds to wait before reconnecting: doubling from ``first`` up to ``most``, reset after a success."""
 
-    def __init__(self, first=1.0, most=30.0):
+    def __init__(self, first: float = 1.0, most: float = 30.0) -> None:
         self.first, self.most = first, most
         self.next = first
 
-    def failed(self):
+    def failed(self) -> float:
         delay = self.next
         self.next = min(self.most, self.next * 2)
         return delay
 
-    def succeeded(self):
+    def succeeded(self) -> None:
         self.next = self.first

@@ -24,6 +24,7 @@ and the round holds it when it runs GPU pods, as before.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any, Iterable, Sequence
 
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import RefusedError
 from ansible_collections.gpuops.mig.plugins.module_utils._evictions import MODE_CHANGE
@@ -58,7 +59,7 @@ def _node_result(host, result):
     return allocations, None
 
 
-def pod_maps(results, hosts):
+def pod_maps(results: Any, hosts: Iterable[str]) -> dict[str, dict[str, Any]]:
     """{host: {"allocations": [...] or None, "why": None or why unknown}} for every host of the plan.
 
     results: {host: mig_node_info's registered result}; a host missing from it has no pod map."""
@@ -89,7 +90,7 @@ def _facts(fleet, host):
     return facts if isinstance(facts, Mapping) and isinstance(facts.get("gpus"), list) else None
 
 
-def with_holders(fleet, maps):
+def with_holders(fleet: Mapping[str, Any], maps: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """A copy of the fleet facts with ``pods`` beside each GPU and MIG device of the nodes whose pod map was
     read (a whole-GPU holder counts for every MIG device on it, as mig_node_info names them); other nodes
     are left as they are. The facts given are not changed."""
@@ -135,7 +136,8 @@ def _gpu_pods_by_index(facts, holders):
     return out
 
 
-def node_evictions(entry, facts, pod_map, pods, k8s_name):
+def node_evictions(entry: Mapping[str, Any], facts: Mapping[str, Any] | None, pod_map: Mapping[str, Any],
+                   pods: Sequence[Mapping[str, Any]] | None, k8s_name: str) -> list[dict[str, Any]] | None:
     """[{pod, reason, detail}] a planned node's change evicts, or None when its pod map is unknown."""
     if pod_map["allocations"] is None or facts is None:
         return None
@@ -158,7 +160,9 @@ def node_evictions(entry, facts, pod_map, pods, k8s_name):
     return [reasons[p] for p in sorted(reasons)]
 
 
-def add_evictions(plan, fleet, maps, pods=None, k8s_node_names=None):
+def add_evictions(plan: dict[str, Any], fleet: Mapping[str, Any], maps: Mapping[str, Mapping[str, Any]],
+                  pods: Sequence[Mapping[str, Any]] | None = None,
+                  k8s_node_names: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Put in each node of the plan what its change evicts: ``evicted_pods`` (names) and ``evictions``
     (with reasons) where the pod map was read, else ``pod_map_unknown`` (why). Returns the plan."""
     to_k8s = dict((host, k8s) for k8s, host in (k8s_node_names or {}).items())

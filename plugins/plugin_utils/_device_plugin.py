@@ -15,6 +15,7 @@ api/config/v1/flags.go).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from ansible_collections.gpuops.mig.plugins.plugin_utils._config_builder import describe
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError
@@ -32,7 +33,7 @@ class DevicePluginError(GpuopsError):
     """A device-plugin setting that cannot be used (found before helm runs)."""
 
 
-def chart_values(settings, facts=None):
+def chart_values(settings: Mapping[str, Any], facts: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The release values: the typed settings, then ``settings['values']`` (free-form) merged over them.
 
     settings: mig_strategy, gfd, fail_on_init_error, device_list_strategy, driver_root, allocation_policy,
@@ -87,7 +88,7 @@ def _device_list(value):
     return ",".join(items)
 
 
-def driver_root(setting, facts):
+def driver_root(setting: Any, facts: Mapping[str, Any] | None) -> str:
     """nvidiaDriverRoot: a path as given; 'auto', the driver root the nodes' facts report (the same on all of
     them; '/' for a driver on the host), nothing when no node was read; '' leaves the chart's default."""
     if setting in (None, ""):
@@ -110,7 +111,7 @@ def driver_root(setting, facts):
     return next(iter(found), "")
 
 
-def config_values(configs, strategy, allocation_policy, default):
+def config_values(configs: Any, strategy: str, allocation_policy: Any, default: Any) -> dict[str, Any]:
     """config.map (and config.default) for named sharing configs and the allocation policy; {} for neither."""
     if allocation_policy not in ("",) + ALLOCATION_POLICIES:
         raise DevicePluginError("mig_device_plugin_shared_devices_allocation_policy must be distributed or packed "

@@ -6,10 +6,13 @@
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from ansible.errors import AnsibleFilterError
 
 
-def as_filter(function, errors):
+def as_filter(function: Callable[..., Any],
+              errors: type[BaseException] | tuple[type[BaseException], ...]) -> Callable[..., Any]:
     """``function`` as a filter: an exception of the ``errors`` types is raised as AnsibleFilterError (its message)."""
     def run(*args, **kwargs):
         try:

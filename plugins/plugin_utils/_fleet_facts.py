@@ -7,12 +7,15 @@ host's facts at once (gpuops.mig.mig_plan, gpuops.mig.mig_generate_config)."""
 
 from __future__ import annotations
 
+from typing import Any, Mapping, Sequence
+
 from ansible_collections.gpuops.mig.plugins.plugin_utils._plain import plain
 
 __all__ = ["fleet_from_hostvars"]
 
 
-def fleet_from_hostvars(task_vars, hosts=None):
+def fleet_from_hostvars(task_vars: Mapping[str, Any], hosts: Sequence[str] | None = None
+                        ) -> dict[str, dict[str, Any] | None]:
     """{host: its gpuops_mig facts, or None when the host has none (unreachable, failed)}, as plain values.
 
     ``hosts`` defaults to every host of the play (ansible_play_hosts_all)."""

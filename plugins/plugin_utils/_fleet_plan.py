@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any, Sequence
 
 from ansible_collections.gpuops.mig.plugins.plugin_utils._config_builder import describe
 from ansible_collections.gpuops.mig.plugins.plugin_utils._plan_demand import (
@@ -55,8 +56,9 @@ __all__ = [
 _LABEL_PREFIX = re.compile(r"^[A-Za-z0-9][-_.A-Za-z0-9]{0,51}$")
 
 
-def plan_fleet(fleet, demand, policy=None, in_use=None, node_groups=None, exact_limit=EXACT_LIMIT,
-               unresolved=None, whole_pending=0, config_label_prefix="gpuops-plan"):
+def plan_fleet(fleet: Mapping[str, Any], demand: Any, policy: Mapping[str, Any] | None = None, in_use: Any = None,
+               node_groups: Any = None, exact_limit: int = EXACT_LIMIT, unresolved: Sequence[Any] | None = None,
+               whole_pending: int = 0, config_label_prefix: str = "gpuops-plan") -> dict[str, Any]:
     """Plan the fleet. Returns a JSON-friendly dict: {version, nodes, report, mig_parted}.
 
     Raises PlanInputError for input that cannot be planned (nothing is planned then).

@@ -7,6 +7,8 @@ the layout declared for it and its Kubernetes node's MIG labels; and the text ta
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import (
     LABEL_CONFIG as CONFIG_LABEL,
     LABEL_STATE as STATE_LABEL,
@@ -52,7 +54,7 @@ def _flag(value, default):
     return bool(value)
 
 
-def gpu_entry(gpu):
+def gpu_entry(gpu: Mapping[str, Any]) -> dict[str, Any]:
     """The report's view of one GPU of gpuops.mig.mig_facts."""
     return {
         "index": gpu.get("index"),
@@ -66,7 +68,7 @@ def gpu_entry(gpu):
     }
 
 
-def node_index(nodes):
+def node_index(nodes: Any) -> dict[str, dict[str, Any]] | None:
     """{name: Node} from the Node objects kubernetes.core.k8s_info returned; None stays None (not read)."""
     if nodes is None:
         return None
@@ -80,7 +82,8 @@ def node_index(nodes):
     return index
 
 
-def kubernetes_view(host, declared, nodes_by_name):
+def kubernetes_view(host: str, declared: Mapping[str, Any], nodes_by_name: Mapping[str, Mapping[str, Any]] | None
+                    ) -> dict[str, Any] | None:
     """The host's Kubernetes node: None when it is not looked up (Kubernetes off for the host, or the nodes were
     not read); else C(node) (its name), C(found), and its C(mig_config) and C(mig_config_state) labels (null when
     absent)."""
@@ -97,7 +100,8 @@ def kubernetes_view(host, declared, nodes_by_name):
     }
 
 
-def declared_layout(host, declared, plan, kubernetes):
+def declared_layout(host: str, declared: Mapping[str, Any], plan: Any, kubernetes: Mapping[str, Any] | None
+                    ) -> dict[str, Any]:
     """The config name the rollout would apply to the host, and where it comes from:
     {"layout": name or None, "source": plan | inventory | node label | none}."""
     planned = _mapping(_mapping(plan, "gpuops_mig_plan").get("nodes"), "gpuops_mig_plan.nodes")
@@ -122,7 +126,8 @@ def declared_layout(host, declared, plan, kubernetes):
     return {"layout": str(found["label"]), "source": source}
 
 
-def host_entry(host, facts, declared=None, plan=None, nodes_by_name=None):
+def host_entry(host: str, facts: Mapping[str, Any] | None, declared: Any = None, plan: Any = None,
+               nodes_by_name: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """One host of the report: C(driver), C(simulated) and C(gpus), or C(error) when the host has no facts;
     always C(declared) and C(kubernetes)."""
     declared = _mapping(declared, "the declared settings of %s" % host)
@@ -141,7 +146,7 @@ def host_entry(host, facts, declared=None, plan=None, nodes_by_name=None):
     return entry
 
 
-def fleet_report(facts_by_host, declared=None, nodes=None, plan=None):
+def fleet_report(facts_by_host: Any, declared: Any = None, nodes: Any = None, plan: Any = None) -> dict[str, Any]:
     """The fleet report, {"hosts": {host: entry}}.
 
     ``facts_by_host``: {host: the host's gpuops_mig facts, or None when it has none (failed, unreachable)}.
@@ -157,7 +162,7 @@ def fleet_report(facts_by_host, declared=None, nodes=None, plan=None):
                           for host in sorted(facts_by_host))}
 
 
-def mig_mode_text(mode):
+def mig_mode_text(mode: Mapping[str, Any] | None) -> str:
     """'n/a' (not MIG-capable), 'enabled', or 'disabled (pending enabled)' while a change waits for a reset."""
     if mode is None:
         return "n/a"
@@ -165,12 +170,12 @@ def mig_mode_text(mode):
     return str(current) if current == pending or pending is None else "%s (pending %s)" % (current, pending)
 
 
-def devices_text(devices):
+def devices_text(devices: Mapping[str, int] | None) -> str:
     """'1g.10gb x2, 3g.40gb x1', or '-' for none."""
     return ", ".join("%s x%s" % (name, count) for name, count in sorted((devices or {}).items())) or NOT_APPLICABLE
 
 
-def node_cells(entry):
+def node_cells(entry: Mapping[str, Any]) -> list[str]:
     """The DECLARED, FROM and STATE cells of a host."""
     declared = entry.get("declared") or {}
     kubernetes = entry.get("kubernetes")
@@ -183,7 +188,7 @@ def node_cells(entry):
     return [declared.get("layout") or NOT_APPLICABLE, declared.get("source") or SOURCE_NONE, state]
 
 
-def table_rows(report):
+def table_rows(report: Mapping[str, Any]) -> list[list[str]]:
     """The report as rows of cells: one row per GPU (the host and node cells on its first), one row spanning the
     GPU columns for a host without facts or without GPUs. A spanning row is (host, text, declared, from, state)."""
     rows = []
@@ -204,7 +209,7 @@ def table_rows(report):
     return rows
 
 
-def table(report):
+def table(report: Mapping[str, Any]) -> list[str]:
     """The report as lines of a fixed-width text table (header first)."""
     rows = table_rows(report)
     # A spanning row's cells, placed in their columns (None under the span) for the widths.

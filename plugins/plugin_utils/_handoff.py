@@ -24,6 +24,7 @@ missing one back to true).
 from __future__ import annotations
 
 import json
+from typing import Any, Mapping, Sequence
 
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import RefusedError
 from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import (
@@ -52,7 +53,7 @@ class HandoffError(RefusedError):
     """A hand-off or take-back the rollout must not start, with the reason (nothing was changed)."""
 
 
-def check_partitioner(name, host):
+def check_partitioner(name: str | None, host: str) -> str:
     name = (name or "").strip().lower()
     if name not in PARTITIONERS:
         raise HandoffError("%s: mig_node_dynamic_partitioner must be %s, not '%s'. Nothing was changed."
@@ -60,7 +61,7 @@ def check_partitioner(name, host):
     return name
 
 
-def record_of(node, host):
+def record_of(node: Mapping[str, Any] | None, host: str) -> dict[str, Any] | None:
     """The hand-off this collection recorded on the Node (annotation gpuops.mig/handed-off), or None."""
     text = (((node or {}).get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_HANDED_OFF)
     if not text:
@@ -77,7 +78,7 @@ def record_of(node, host):
     return record
 
 
-def plugin_of(partitioner, daemonsets, host):
+def plugin_of(partitioner: str, daemonsets: Sequence[Mapping[str, Any]] | None, host: str) -> dict[str, Any]:
     """The partitioner's DaemonSet: {daemonset, namespace, pod_selectors, node_labels (its nodeSelector)}."""
     if partitioner == "nvidia-dra":
         found = [ds for ds in daemonsets or () if is_dra_kubelet_plugin(ds) and dynamic_mig_gate(ds)]
@@ -104,7 +105,7 @@ def plugin_of(partitioner, daemonsets, host):
             "node_labels": dict(selector)}
 
 
-def dynamic_mig_gate(daemonset):
+def dynamic_mig_gate(daemonset: Mapping[str, Any]) -> bool:
     """DynamicMIG=true in the FEATURE_GATES env or a --feature-gates argument of any container."""
     spec = ((daemonset.get("spec") or {}).get("template") or {}).get("spec") or {}
     for container in spec.get("containers") or []:
@@ -119,7 +120,8 @@ def dynamic_mig_gate(daemonset):
     return False
 
 
-def give(info, node, settings, drain):
+def give(info: Mapping[str, Any], node: Mapping[str, Any] | None, settings: Mapping[str, Any],
+         drain: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The hand-off of a node (path handoff), or None when it is already done (converged).
 
     settings: host, kubernetes, partitioner, daemonsets. drain: the decision's drain preview (or None)."""
@@ -152,7 +154,7 @@ def give(info, node, settings, drain):
                 configmap=HAMI_CONFIGMAP, config_key=HAMI_CONFIG_KEY, record=record)
 
 
-def taken_back_node(node, record):
+def taken_back_node(node: Mapping[str, Any] | None, record: Mapping[str, Any]) -> dict[str, Any]:
     """The Node as it will be once taken back (the partitioner's labels off, mig-manager's deploy label as it
     was before the hand-off): the take-back's static layout is decided on it."""
     node = dict(node or {})
@@ -167,14 +169,14 @@ def taken_back_node(node, record):
     return node
 
 
-def labels_off(record):
+def labels_off(record: Mapping[str, Any]) -> dict[str, str | None]:
     """The node labels that send the partitioner's plugin away and give mig-manager back its deploy label."""
     off = dict((key, "false" if key.startswith(LABEL_DEPLOY_PREFIX) else None) for key in record["labels"])
     off[LABEL_MIG_MANAGER] = record.get("mig_manager")
     return off
 
 
-def take(record):
+def take(record: Mapping[str, Any]) -> dict[str, Any]:
     """The take-back steps (roles/mig_node/tasks/take_back.yml) from the node's hand-off record."""
     return {"direction": "take", "partitioner": record["partitioner"], "daemonset": record.get("daemonset", ""),
             "namespace": record.get("namespace", ""), "pod_selectors": list(record.get("pod_selectors") or []),
@@ -183,13 +185,13 @@ def take(record):
             "annotations": {ANNOTATION_HANDED_OFF: None}}
 
 
-def skipped_summary(host, record):
+def skipped_summary(host: str, record: Mapping[str, Any]) -> str:
     return ("%s: handed to the dynamic partitioner %s (annotation %s): left to it. Set mig_node_dynamic_take_back=true "
             "to take it back to a static layout, or mig_node_operator_mode=dynamic to hand it over again."
             % (host, record["partitioner"], ANNOTATION_HANDED_OFF))
 
 
-def handoff_summary(host, handoff, decision):
+def handoff_summary(host: str, handoff: Mapping[str, Any], decision: Mapping[str, Any]) -> str:
     steps = ["mig-manager off"] if decision.get("operator_mig_manager_off") else []
     steps += ["MIG mode on"] if decision.get("mode_change") else []
     steps += ["its static MIG devices destroyed"] if decision.get("geometry_change") else []
@@ -202,7 +204,8 @@ def handoff_summary(host, handoff, decision):
 
 # -- what the partitioner publishes --------------------------------------------------
 
-def published(objects, partitioner, gpus, node_name):
+def published(objects: Sequence[Mapping[str, Any]] | None, partitioner: str, gpus: Sequence[Mapping[str, Any]],
+              node_name: str) -> dict[str, Any]:
     """Whether the partitioner publishes the node's MIG-capable GPUs as dynamic: {ok, text}.
 
     objects: the node's ResourceSlices (nvidia-dra) or [the Node] (hami); gpus: mig_facts GPUs."""
@@ -224,7 +227,7 @@ def published(objects, partitioner, gpus, node_name):
     return {"ok": bool(wanted) and not missing, "text": text}
 
 
-def withdrawn(objects, partitioner, node_name):
+def withdrawn(objects: Sequence[Mapping[str, Any]] | None, partitioner: str, node_name: str) -> dict[str, Any]:
     """Whether the partitioner's devices are gone from the node: NVIDIA's DRA driver's ResourceSlices (the
     kubelet deletes them once the plugin is unregistered). HAMi's scheduler drops a node whose device plugin
     stops answering its handshake by itself; its plugin pod gone is what counts there."""
@@ -261,7 +264,7 @@ def _hami_registered(nodes):
 
 # -- HAMi's per-node config ------------------------------------------------------------
 
-def hami_node_config(text, node_name, entry):
+def hami_node_config(text: str | None, node_name: str, entry: str | Mapping[str, Any] | None) -> dict[str, Any]:
     """HAMi's config.json with the node's nodeconfig entry replaced: entry None removes it, "mig" sets its
     operatingmode to mig (kept otherwise as it was), a dict puts that entry back. Returns {text, previous}."""
     try:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from ansible_collections.gpuops.mig.plugins.plugin_utils._plain import describe
 
@@ -41,7 +42,7 @@ class WorkloadError(ValueError):
     """One Workload that cannot be read; the message names the field."""
 
 
-def pending_pods(workloads):
+def pending_pods(workloads: Any) -> tuple[list[dict[str, Any]], list[str]]:
     """(pod manifests, warnings) for the Workloads that wait for admission and ask for nvidia.com/ resources.
 
     workloads: the resources of kubernetes.core.k8s_info (kind Workload); None means Kueue is not installed.
@@ -56,14 +57,14 @@ def pending_pods(workloads):
     return pods, warnings
 
 
-def workload_name(workload):
+def workload_name(workload: Any) -> str:
     meta = workload.get("metadata") if isinstance(workload, Mapping) else None
     if not isinstance(meta, Mapping):
         return "(without metadata)"
     return "%s/%s" % (_text(meta.get("namespace", "default")), _text(meta.get("name", "?")))
 
 
-def waiting(workload):
+def waiting(workload: Any) -> bool:
     """Whether a Workload waits for admission (so its pods do not exist yet)."""
     meta = _mapping(workload, "metadata")
     if meta.get("deletionTimestamp"):

@@ -14,6 +14,8 @@ else 'custom' for inline layouts, else the one name the config holds (label_from
 
 from __future__ import annotations
 
+from typing import Any, Mapping, Sequence
+
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import RefusedError
 from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import LABEL_CONFIG
 
@@ -38,20 +40,21 @@ _ONE_OF = ("declare the MIG layout with exactly one of mig_node_config (a mig-pa
            "(a ConfigMap in the cluster)")
 
 
-def sources_of(settings):
+def sources_of(settings: Mapping[str, Any]) -> list[str]:
     """The layout sources set, by role variable name (a plan for this node wins over all of them)."""
     if settings.get("plan") is not None:
         return [PLAN]
     return [name for key, name in SOURCES if settings.get(key) not in UNSET]
 
 
-def check_one_source(host, sources):
+def check_one_source(host: str, sources: Sequence[str]) -> None:
     """RefusedError when more than one source is set (sources_of)."""
     if len(sources) > 1:
         raise RefusedError("%s: %s; found %s." % (host, _ONE_OF, ", ".join(sources)))
 
 
-def layout_source(host, settings, node_labels=None, operator_present=False, strict=True):
+def layout_source(host: str, settings: Mapping[str, Any], node_labels: Mapping[str, str] | None = None,
+                  operator_present: bool = False, strict: bool = True) -> dict[str, Any]:
     """Where the host's layout comes from and what names it.
 
     ``settings``: plan (the node's entry of gpuops_mig_plan.nodes, or None), config, config_file, layouts,
@@ -91,6 +94,6 @@ def layout_source(host, settings, node_labels=None, operator_present=False, stri
     return {"kind": kind, "config_name": name, "name_from": name_from, "label": label}
 
 
-def label_from_config(names):
+def label_from_config(names: Sequence[str]) -> str:
     """The label of a layout read from a config without a config name: its one config's name, else 'custom'."""
     return names[0] if len(names) == 1 else "custom"

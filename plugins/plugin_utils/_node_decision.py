@@ -11,6 +11,9 @@ Facts about the GPU Operator: docs/gpu-operator.md, "What the collection finds o
 
 from __future__ import annotations
 
+import datetime
+from typing import Any, Iterable, Mapping, Sequence
+
 from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import (
     DEFAULT_OPERATOR_CONFIG,
     LABEL_CONFIG,
@@ -42,7 +45,9 @@ MIG_MANAGER_FINISHED = ("success", "failed")
 
 # -- the GPU Operator ------------------------------------------------------------
 
-def operator_view(policies, node=None, daemonsets=(), gpu_clusters=()):
+def operator_view(policies: Sequence[Mapping[str, Any]] | None, node: Mapping[str, Any] | None = None,
+                  daemonsets: Iterable[Mapping[str, Any]] | None = (),
+                  gpu_clusters: Sequence[Mapping[str, Any]] | None = ()) -> dict[str, Any]:
     """What the GPU Operator manages, for one node: {present: False} without a ClusterPolicy.
 
     policies: the ClusterPolicy objects; node: the Node object (or None);
@@ -94,7 +99,7 @@ def operator_view(policies, node=None, daemonsets=(), gpu_clusters=()):
     return view
 
 
-def gpu_cluster_view(gpu_clusters):
+def gpu_cluster_view(gpu_clusters: Sequence[Mapping[str, Any]] | None) -> dict[str, Any] | None:
     """A GPUCluster (the operator's singleton gpu-cluster; the oldest if several): {name, namespace, dynamic_mig},
     or None. It runs NVIDIA's DRA driver and no mig-manager, device plugin or GFD: its MIG devices must be
     set up beforehand (NVIDIA/gpu-operator api/nvidia/v1alpha1/gpucluster_types.go), the static layout the
@@ -113,7 +118,7 @@ def _go_bool(value):
     return str(value if value is not None else "").strip() in ("1", "t", "T", "TRUE", "true", "True")
 
 
-def active_policy(policies):
+def active_policy(policies: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
     """The ClusterPolicy the operator acts on: the oldest (creationTimestamp, then name), as its controllers
     select it (NVIDIA/gpu-operator controllers/active_config.go getSingletonClusterPolicy); the others it
     marks ignored. RFC 3339 timestamps of the API server sort as text; a missing one sorts first, as Go's zero
@@ -122,7 +127,7 @@ def active_policy(policies):
                                         p["metadata"]["name"]))
 
 
-def dra_view(daemonsets, node_labels):
+def dra_view(daemonsets: Iterable[Mapping[str, Any]] | None, node_labels: Mapping[str, str]) -> dict[str, Any]:
     """NVIDIA's DRA kubelet plugin on this node (by its DaemonSet's nodeSelector), and its DynamicMIG gate."""
     for ds in daemonsets or ():
         if not is_dra_kubelet_plugin(ds):
@@ -144,7 +149,8 @@ def dra_view(daemonsets, node_labels):
 
 # -- the config from the cluster ------------------------------------------------------
 
-def config_from_configmaps(configmaps, candidates, namespace, key, host):
+def config_from_configmaps(configmaps: Iterable[Mapping[str, Any]] | None, candidates: Iterable[str], namespace: str,
+                           key: str, host: str) -> dict[str, Any]:
     """The mig-parted config text from the first of ``candidates`` that exists in ``configmaps``.
 
     Returns {config, origin, configmap, error}: error names the node and the source when there is none."""
@@ -166,7 +172,7 @@ def config_from_configmaps(configmaps, candidates, namespace, key, host):
 
 # -- settings -------------------------------------------------------------------
 
-def effective_strategy(declared, operator, host):
+def effective_strategy(declared: str | None, operator: Mapping[str, Any], host: str) -> str:
     """The MIG strategy: declared, else the operator's, else mixed. A declared one the operator contradicts
     is refused: the operator's device plugin advertises what ClusterPolicy says, not what we declare."""
     declared = (declared or "").strip().lower()
@@ -183,7 +189,7 @@ def effective_strategy(declared, operator, host):
     return declared or theirs or "mixed"
 
 
-def operator_mode(wanted, operator, source, host):
+def operator_mode(wanted: str | None, operator: Mapping[str, Any], source: str | None, host: str) -> str:
     """How this node is worked on: none (no operator), mig-manager (drive it), takeover, or dynamic (hand it to
     a dynamic MIG partitioner, with or without an operator).
 
@@ -220,7 +226,7 @@ def operator_mode(wanted, operator, source, host):
         % (host, source))
 
 
-def mig_manager_run(node):
+def mig_manager_run(node: Mapping[str, Any] | None) -> dict[str, Any]:
     """What the node's nvidia.com/mig.config.state says of mig-manager's run: {state, in_flight, finished,
     settled, restart_helps}. A run in flight ends with its own success or failed whatever the label asks
     meanwhile (mig-manager reads a new nvidia.com/mig.config value only between runs), so the label is changed
@@ -232,7 +238,7 @@ def mig_manager_run(node):
             "settled": state not in MIG_MANAGER_IN_FLIGHT, "restart_helps": state in ("pending", "")}
 
 
-def paused_operands(node):
+def paused_operands(node: Mapping[str, Any] | None) -> dict[str, str]:
     """The operand deploy labels a mig-manager run left at paused-for-mig-change, with the value its setState
     would have written back ("true"). mig-manager restores them at most once per pod (NVIDIA/mig-parted
     pkg/mig/reconfigure: NoRestartK8sDaemonsetsOnExit is set by the first run that restarts the GPU clients and
@@ -241,7 +247,8 @@ def paused_operands(node):
                 if k.startswith(LABEL_DEPLOY) and k != LABEL_MIG_MANAGER and v == PAUSED)
 
 
-def check_mig_manager_config(operator, configmap, explicit, host):
+def check_mig_manager_config(operator: Mapping[str, Any], configmap: str | None, explicit: bool | None,
+                             host: str) -> None:
     """Driving mig-manager, the layout must come from the config mig-manager reads: the ClusterPolicy's
     migManager.config.name, else the config it generated for the node (<node>-mig-config). A ConfigMap named
     in the inventory that is neither would be checked here and then looked up by mig-manager in another config
@@ -276,7 +283,7 @@ def _gpu_cluster_note(operator):
             "the collection applies itself; leave mig_node_operator_mode at auto)" % cluster["name"])
 
 
-def refuse_dynamic_mig(operator, host):
+def refuse_dynamic_mig(operator: Mapping[str, Any], host: str) -> None:
     cluster = operator.get("gpu_cluster") or {}
     if cluster.get("dynamic_mig"):
         raise RefusedError(
@@ -293,7 +300,7 @@ def refuse_dynamic_mig(operator, host):
 
 # -- the decision ----------------------------------------------------------------
 
-def single_strategy_problem(planned, config_label, host):
+def single_strategy_problem(planned: Sequence[Mapping[str, Any]], config_label: str | None, host: str) -> str | None:
     """The single strategy needs every GPU MIG-enabled with one device type, or MIG off everywhere."""
     enabled = [g for g in planned if g["mig_enabled"]]
     if not enabled:
@@ -314,7 +321,8 @@ def single_strategy_problem(planned, config_label, host):
             "Nothing was changed. Use the mixed strategy or a uniform layout." % (host, config_label, "; ".join(parts)))
 
 
-def decide(info, node, operator, settings):
+def decide(info: Mapping[str, Any], node: Mapping[str, Any] | None, operator: Mapping[str, Any] | None,
+           settings: Mapping[str, Any]) -> dict[str, Any]:
     """The node's path and what each step needs.
 
     settings: host, kubernetes (bool), strategy (declared, may be empty), operator_mode (wanted),
@@ -440,7 +448,7 @@ def _drain_preview(settings, info, path, host):
         raise RefusedError("%s: %s. Nothing was changed." % (host, e))
 
 
-def mounted_config_hint(operator, node, config_label):
+def mounted_config_hint(operator: Mapping[str, Any], node: Mapping[str, Any] | None, config_label: str | None) -> str:
     """What a `failed` from mig-manager may mean when it reads a ConfigMap of the user's: the pod reads the
     ConfigMap as mounted, and the kubelet refreshes a mounted ConfigMap only on its sync period (about a
     minute), so a config name added just before the rollout is not there yet for it. A generated
@@ -456,7 +464,7 @@ def mounted_config_hint(operator, node, config_label):
                ((node or {}).get("metadata") or {}).get("name", "")))
 
 
-def host_mig_manager_action(info, mode):
+def host_mig_manager_action(info: Mapping[str, Any], mode: str) -> str | None:
     """NVIDIA's host unit nvidia-mig-manager.service (mig_node_info's host_mig_manager): "disable" where the
     collection applies a MIG layout itself and the unit would apply its own config at the next boot, after the
     collection's boot-time restore; "enable" where MIG is declared off (the hand-back: no restore any more) and
@@ -471,7 +479,8 @@ def host_mig_manager_action(info, mode):
     return None
 
 
-def left_alone(node, operator, settings):
+def left_alone(node: Mapping[str, Any] | None, operator: Mapping[str, Any] | None,
+               settings: Mapping[str, Any]) -> dict[str, Any]:
     """The decision for a node with no layout to apply (a plan that leaves a node without MIG-capable GPUs as
     it is): converged, no labels, no boot-time restore; only a cordon an earlier failed run left is lifted."""
     host = settings["host"]
@@ -491,7 +500,7 @@ def left_alone(node, operator, settings):
     }
 
 
-def abandoned_lease(lease, now=None):
+def abandoned_lease(lease: Mapping[str, Any] | None, now: datetime.datetime | None = None) -> bool:
     """Whether the node's Lease (as the API serves it) is held by a run that stopped renewing it: a converged
     node takes it over and releases it, so no dead run's hold is left behind."""
     if not lease:
@@ -500,7 +509,8 @@ def abandoned_lease(lease, now=None):
     return bool(record["holder_identity"]) and _lease.expired(record, now or _lease.utc_now())
 
 
-def repair_plan(node, host, path, validate, info=None):
+def repair_plan(node: Mapping[str, Any] | None, host: str, path: str, validate: bool,
+                info: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What the node's owed record (gpuops.mig/owed, left by a run that did not finish) asks this run to put
     right first, once it holds the node's lease (roles/mig_node/tasks/repair.yml); {} when nothing is owed.
 
@@ -544,7 +554,8 @@ def _summary(host, label, decision):
 
 # -- what the node must advertise afterwards ---------------------------------------
 
-def expected_advertisement(gpus, strategy, with_labels=True):
+def expected_advertisement(gpus: Sequence[Mapping[str, Any]], strategy: str,
+                           with_labels: bool = True) -> dict[str, Any]:
     """The device plugin's resources and GFD's labels for these GPUs (NVIDIA/k8s-device-plugin
     internal/rm/device_map.go; GFD internal/lm/mig-strategy.go).
 
@@ -583,7 +594,7 @@ def expected_advertisement(gpus, strategy, with_labels=True):
             "labels": dict((k, str(v)) for k, v in labels.items()) if with_labels else {}}
 
 
-def advertised(node, expected):
+def advertised(node: Mapping[str, Any] | None, expected: Mapping[str, Any]) -> dict[str, Any]:
     """What a Node advertises, in the shape of expected_advertisement() (only the keys it speaks of)."""
     allocatable = ((node or {}).get("status") or {}).get("allocatable") or {}
     resources = dict((k, str(v)) for k, v in allocatable.items()
@@ -593,7 +604,7 @@ def advertised(node, expected):
     return {"resources": resources, "labels": labels}
 
 
-def expected_slices(gpus):
+def expected_slices(gpus: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
     """For NVIDIA's DRA driver: the sorted (parent UUID, profile) pairs of MIG devices, and the whole GPUs."""
     mig = sorted((g["uuid"], name) for g in gpus if g.get("mig_enabled")
                  for name, count in (g.get("mig_devices") or {}).items() for _copy in range(count))
@@ -601,7 +612,7 @@ def expected_slices(gpus):
     return {"mig": [list(pair) for pair in mig], "gpus": whole}
 
 
-def published_slices(slices, node_name):
+def published_slices(slices: Iterable[Mapping[str, Any]] | None, node_name: str) -> dict[str, list[Any]]:
     """The node's ResourceSlices of gpu.nvidia.com (newest pool generation) in expected_slices()' shape."""
     ours = [s for s in slices or () if (s.get("spec") or {}).get("driver") == "gpu.nvidia.com"
             and (s.get("spec") or {}).get("nodeName") == node_name]

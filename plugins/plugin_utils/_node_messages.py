@@ -8,6 +8,7 @@ tasks print these; plugins/filter/node_messages.py wraps them)."""
 from __future__ import annotations
 
 import re
+from typing import Any, Mapping
 
 
 def _clean(text):
@@ -19,7 +20,7 @@ def _gpus(mode, describe):
     return "; ".join(describe(gpu) for gpu in (mode or {}).get("gpus") or [] if gpu.get("action_required", "none") != "none")
 
 
-def mode_still_pending(host, mode, rebooted, reboot_allowed):
+def mode_still_pending(host: str, mode: Mapping[str, Any], rebooted: bool, reboot_allowed: bool) -> str:
     """The MIG mode of some GPUs is pending and the role will not (or may no longer) reboot."""
     gpus = _gpus(mode, lambda g: "GPU %s (%s, %s needed: %s)" % (
         g.get("index"), g.get("name"), g.get("action_required"), g.get("hint")))
@@ -33,7 +34,7 @@ def mode_still_pending(host, mode, rebooted, reboot_allowed):
     return "%s: the MIG mode is still pending on %s. %s" % (host, gpus or "no GPU", then)
 
 
-def mode_wrong_after_reboot(host, mode):
+def mode_wrong_after_reboot(host: str, mode: Mapping[str, Any]) -> str:
     """The reboot did not bring the MIG mode."""
     gpus = _gpus(mode, lambda g: "GPU %s (%s: current %s, pending %s; %s)" % (
         g.get("index"), g.get("name"), (g.get("mig_mode") or {}).get("current"), (g.get("mig_mode") or {}).get("pending"),
@@ -41,7 +42,8 @@ def mode_wrong_after_reboot(host, mode):
     return "%s: the MIG mode is still wrong after the reboot on %s. Not rebooting again." % (host, gpus or "no GPU")
 
 
-def reconfigure_failed(host, step, result, reboot_in_progress, kubernetes, state_label, reboot_timeout):
+def reconfigure_failed(host: str, step: str | None, result: Any, reboot_in_progress: bool,
+                       kubernetes: bool, state_label: str, reboot_timeout: int | str) -> str:
     """The node's change failed at `step`: why, what was put back, and what to do."""
     result = result if isinstance(result, dict) else {"msg": result}
     reason = _clean(result.get("msg") or ("no new boot id" if reboot_in_progress else result) or "?")

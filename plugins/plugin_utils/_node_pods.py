@@ -9,6 +9,8 @@ Plain data in and out (pods as the API serves them); plugins/filter/node_pods.py
 
 from __future__ import annotations
 
+from typing import Any, Collection, Iterable, Mapping, Sequence
+
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 
 
@@ -23,7 +25,7 @@ def _ref(pod, labels=None):
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata}
 
 
-def uses_gpu(pod):
+def uses_gpu(pod: Mapping[str, Any]) -> bool:
     """Whether a container (or init container) of the pod asks for an NVIDIA GPU or MIG device."""
     spec = (pod or {}).get("spec") or {}
     for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
@@ -34,12 +36,13 @@ def uses_gpu(pod):
     return False
 
 
-def uses_claims(pod):
+def uses_claims(pod: Mapping[str, Any]) -> bool:
     """Whether the pod uses ResourceClaims (DRA): through NVIDIA's DRA driver they may hold GPUs or MIG devices."""
     return bool(((pod or {}).get("spec") or {}).get("resourceClaims"))
 
 
-def pods_to_evict(pods, gpu_pods_only, evict_label):
+def pods_to_evict(pods: Iterable[Mapping[str, Any]] | None, gpu_pods_only: bool,
+                  evict_label: str | None) -> list[dict[str, Any]]:
     """The pods a whole-node drain evicts (every pod but DaemonSet and mirror pods; with gpu_pods_only only
     those that use GPUs, or ResourceClaims, which may be for GPUs), as patches that give each the label
     evict_label=true (k8s_drain then evicts exactly the labelled ones, through the Eviction API)."""
@@ -53,7 +56,7 @@ def pods_to_evict(pods, gpu_pods_only, evict_label):
     return chosen
 
 
-def plugin_pods(pods, selectors):
+def plugin_pods(pods: Iterable[Mapping[str, Any]] | None, selectors: Iterable[str] | None) -> list[dict[str, Any]]:
     """The device plugin and GFD pods among the node's pods: those matching any `key=value` selector."""
     wanted = [tuple(s.split("=", 1)) for s in selectors or () if "=" in s]
     chosen = []
@@ -64,7 +67,8 @@ def plugin_pods(pods, selectors):
     return chosen
 
 
-def smoke_pods(resources, node, image, command, namespace, label):
+def smoke_pods(resources: Iterable[str] | None, node: str, image: str, command: Sequence[str] | None, namespace: str,
+               label: str) -> list[dict[str, Any]]:
     """One pod per advertised resource, pinned to the (still cordoned) node with spec.nodeName, each asking
     for one device and expected to end Succeeded."""
     pods = []
@@ -79,7 +83,7 @@ def smoke_pods(resources, node, image, command, namespace, label):
     return pods
 
 
-def smoke_failure(pods, node, image, timeout):
+def smoke_failure(pods: Iterable[Mapping[str, Any]] | None, node: str, image: str, timeout: int | float | str) -> str:
     """Why the smoke workloads failed: each one's resource, name and phase."""
     parts = ["%s (%s): %s" % ((_meta(p).get("annotations") or {}).get("gpuops.mig/resource", "?"), _meta(p).get("name"),
                               ((p.get("status") or {}).get("phase") or "Pending")) for p in pods or ()]
@@ -93,7 +97,7 @@ _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
 
 
-def drain_mode(setting):
+def drain_mode(setting: Any) -> str:
     """mig_node_drain as one of DRAIN_MODES: `devices` (evict only the pods whose devices go), `node` (every
     pod a whole-node drain takes), `none`. true (the default) means `devices`, false `none`."""
     text = str(setting).strip().lower()
@@ -114,7 +118,8 @@ def _finished(pod):
     return ((pod or {}).get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
-def drain_plan(pods, setting, info, gpu_pods_only, evict_label):
+def drain_plan(pods: Sequence[Mapping[str, Any]] | None, setting: Any, info: Mapping[str, Any] | None,
+               gpu_pods_only: bool, evict_label: str | None) -> dict[str, Any]:
     """Which of the node's pods this change evicts, and why, as decided inside the cordoned window.
 
     pods: the node's pods. setting: mig_node_drain. info: gpuops.mig.mig_node_info's result, read after the
@@ -162,7 +167,8 @@ def drain_plan(pods, setting, info, gpu_pods_only, evict_label):
             "pods": [{"pod": _pod_key(pod), "reasons": reasons} for pod, reasons in chosen]}
 
 
-def kept_pods_problems(before, after, evicted, pods):
+def kept_pods_problems(before: Iterable[Mapping[str, Any]] | None, after: Iterable[Mapping[str, Any]] | None,
+                       evicted: Collection[str], pods: Iterable[Mapping[str, Any]] | None) -> list[str]:
     """After the change: every pod that held MIG devices before and was not evicted must still be Running
     and hold the same devices. before/after: mig_node_info allocations; evicted: pod keys; pods: the node's
     pods now. Returns sentences (empty: all kept)."""
@@ -189,7 +195,7 @@ def kept_pods_problems(before, after, evicted, pods):
     return problems
 
 
-def drain_preview(setting, info, path="reconfigure"):
+def drain_preview(setting: Any, info: Mapping[str, Any] | None, path: str = "reconfigure") -> dict[str, Any]:
     """What the preview says about the drain, before the node is cordoned (the pods are chosen again inside
     the window): the mode, why a whole-node drain where `devices` was asked, and the pods the plan evicts.
     path: the decision's path; mig-manager rebuilds every MIG device of a GPU it changes, so it drains the node."""
@@ -219,7 +225,7 @@ def drain_preview(setting, info, path="reconfigure"):
     return {"mode": mode, "why": why, "pods": pods, "text": text}
 
 
-def drain_plan_text(plan, host):
+def drain_plan_text(plan: Mapping[str, Any], host: str) -> str:
     """One line for the log: which pods leave the node and why (drain_plan's result)."""
     plan = plan or {}
     pods = plan.get("pods") or []

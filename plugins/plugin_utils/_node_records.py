@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import json
 import re
+from typing import Any, Iterable, Mapping
 
 from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import (
     ANNOTATION_LAST_ERROR as LAST_ERROR_ANNOTATION,
@@ -35,7 +36,8 @@ def _stamp(now):
     return now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def rollout_identity(given, environ, hostname, now=None, token=""):
+def rollout_identity(given: Mapping[str, Any], environ: Mapping[str, str], hostname: str,
+                     now: datetime.datetime | None = None, token: str = "") -> dict[str, str]:
     """Who this rollout is, once per run: run ID (given['run_id'], else the start time and `token`), the
     controller host, the AWX job ID (given['job_id'] from the awx_job_id/tower_job_id extra vars, else the
     JOB_ID or AWX_JOB_ID environment variable of an AWX job) and the start time."""
@@ -51,7 +53,7 @@ def _text(value):
     return re.sub(r"\s+", " ", str(value)).strip().rstrip(".")
 
 
-def failure_message(step, result):
+def failure_message(step: str | None, result: Any) -> str:
     """What went wrong: the failed task and its message (else the result as text)."""
     result = result if isinstance(result, dict) else {"msg": result}
     message = _text(result.get("msg") or "") or _text(json.dumps(result, sort_keys=True, default=str))[:400]
@@ -64,7 +66,8 @@ def _event_name(node, run, reason):
     return re.sub(r"[^a-z0-9.-]+", "-", name.lower()).strip("-.")[:253]
 
 
-def event(node, run, reason, kind, message, now=None):
+def event(node: str, run: Mapping[str, Any], reason: str, kind: str, message: str,
+          now: datetime.datetime | None = None) -> dict[str, Any]:
     """A core v1 Event about the Node (involvedObject uid: the node's name, as the kubelet records it)."""
     stamp = _stamp(_utc(now))
     controller = run.get("controller") or ""
@@ -80,7 +83,8 @@ def event(node, run, reason, kind, message, now=None):
     }
 
 
-def node_failure(node, run, step, result, layout, now=None):
+def node_failure(node: str, run: Mapping[str, Any], step: str | None, result: Any, layout: str | None,
+                 now: datetime.datetime | None = None) -> dict[str, Any]:
     """For a failed node: the last-error annotation (JSON text) and the Warning Event."""
     now = _utc(now)
     what = failure_message(step, result)
@@ -92,7 +96,8 @@ def node_failure(node, run, step, result, layout, now=None):
             "message": message}
 
 
-def node_success(node, run, layout, now=None):
+def node_success(node: str, run: Mapping[str, Any], layout: str | None,
+                 now: datetime.datetime | None = None) -> dict[str, Any]:
     """For a node whose change succeeded: the failure annotation and any owed record removed (null in a merge
     patch: a validated node owes nothing) and a Normal Event that supersedes an earlier failure's."""
     message = "MIG layout '%s' applied (gpuops.mig run %s)" % (layout or "?", run.get("run_id") or "")
@@ -116,8 +121,9 @@ class OwedRecordError(ValueError):
     """An owed record on a Node that this collection did not write (or that was altered)."""
 
 
-def clients_to_pause(labels, components, prefix, paused_value, active_units=None, gpu_clients=(),
-                     owed=None):
+def clients_to_pause(labels: Mapping[str, Any] | None, components: Iterable[str], prefix: str, paused_value: str,
+                     active_units: Iterable[str] | None = None, gpu_clients: Iterable[str] | None = (),
+                     owed: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What clients_pause.yml pauses, and what to put back afterwards.
 
     operands: {label: value to restore} for each GPU Operator operand deployed on the node (label
@@ -144,7 +150,8 @@ def clients_to_pause(labels, components, prefix, paused_value, active_units=None
     return {"operands": operands, "services": services}
 
 
-def owed_record(run, services=(), operands=None, device_plugin=False, now=None):
+def owed_record(run: Mapping[str, Any], services: Iterable[str] | None = (), operands: Mapping[str, str] | None = None,
+                device_plugin: bool = False, now: datetime.datetime | None = None) -> dict[str, Any]:
     """The record of what this run must put back (an empty dict when it owes nothing)."""
     parts = {"services": list(services or ()), "operands": dict(operands or {}), "device_plugin": bool(device_plugin)}
     if not any(parts.values()):
@@ -153,12 +160,12 @@ def owed_record(run, services=(), operands=None, device_plugin=False, now=None):
                 time=_stamp(_utc(now)))
 
 
-def owed_annotations(record):
+def owed_annotations(record: Mapping[str, Any] | None) -> dict[str, str | None]:
     """The Node annotation patch for a record (null removes it: nothing is owed)."""
     return {OWED_ANNOTATION: json.dumps(record, sort_keys=True) if record else None}
 
 
-def settled(record, *parts):
+def settled(record: Mapping[str, Any] | None, *parts: str) -> dict[str, Any]:
     """The record once `parts` (of OWED_PARTS) are put back."""
     if not record:
         return {}
@@ -173,7 +180,8 @@ def settled(record, *parts):
     return dict(record, **left)
 
 
-def read_owed(node, host_record=None, where=None):
+def read_owed(node: Mapping[str, Any] | None, host_record: str | None = None,
+              where: str | None = None) -> dict[str, Any] | None:
     """The owed record on a Node, or outside Kubernetes the text of the host's record file (host_record,
     read by gpuops.mig.mig_node_info; where: its path, for messages). None when there is none. A record this
     collection could not have written raises OwedRecordError: guessing what to restart or relabel is worse
@@ -198,7 +206,7 @@ def read_owed(node, host_record=None, where=None):
     return settled(record)   # normalised: every part present, {} when nothing is owed
 
 
-def describe_owed(record):
+def describe_owed(record: Mapping[str, Any]) -> str:
     """What an interrupted run left to put right, one phrase per part."""
     parts = []
     if record.get("services"):

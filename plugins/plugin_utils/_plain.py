@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping, Set
+from typing import Any
 
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _config_builder as builder
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import RefusedError
@@ -26,7 +27,7 @@ __all__ = ["plain", "describe", "require_shapes", "MAX_DEPTH"]
 MAX_DEPTH = 64
 
 
-def plain(value, where="the arguments"):
+def plain(value: Any, where: str = "the arguments") -> Any:
     """``value`` with every tagged or wrapped str/int/float/list/dict/... replaced by the plain type.
 
     Tuples and sets become lists, as they would through JSON. Raises RefusedError naming ``where`` for a
@@ -79,7 +80,7 @@ def _path_text(path):
     return "".join("[%s]" % builder.describe(p) for p in path)
 
 
-def describe(value):
+def describe(value: Any) -> str:
     """A value (tagged or not) for a message: its repr, escaped and short."""
     try:
         value = plain(value, "the value")
@@ -91,7 +92,7 @@ def describe(value):
 _ELEMENT_NAMES = {str: "a non-empty string", dict: "a mapping", list: "a list"}
 
 
-def require_shapes(args, shapes):
+def require_shapes(args: Mapping[str, Any], shapes: Mapping[str, tuple[type, type | None, str]]) -> None:
     """Refuse, naming the option and what it got, an argument that is not the shape Ansible's own
     argument checks would otherwise bend it into (a string split at commas into a list, "a=1" made
     a mapping, 5 made ["5"]).

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _gpu_layout as layout
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError
@@ -51,7 +52,7 @@ def _is_int(value):
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def profile_from_resource(resource):
+def profile_from_resource(resource: str) -> str | None:
     """nvidia.com/mig-1g.5gb.me -> 1g.5gb+me (the device plugin writes '+' as '.'); None if not MIG.
     A time-sliced resource renamed with '.shared' is its profile too (nvidia.com/mig-1g.10gb.shared -> 1g.10gb)."""
     if not resource.startswith(_RESOURCE_PREFIX):
@@ -145,7 +146,7 @@ def _profile_gib(profile, geometry):
     return int(match.group(1)) if match else 0
 
 
-def demand_items(demand):
+def demand_items(demand: Any) -> list[Any]:
     """The demand option as a list of items: {name: count} becomes [{profile: name, count: count}]."""
     if demand is None:
         return []
@@ -299,7 +300,10 @@ def _single_profile(pod, default, name):
     return default
 
 
-def demand_from_pods(pods, strategy="mixed", node_names=None, single_profile=None, fleet=None, replicas=None):
+def demand_from_pods(pods: Any, strategy: str = "mixed", node_names: Mapping[str, str] | None = None,
+                     single_profile: str | None = None, fleet: Mapping[str, Any] | None = None,
+                     replicas: Mapping[str, int] | None = None
+                     ) -> tuple[list[dict[str, Any]], dict[str, dict[str, int]], int, list[dict[str, Any]]]:
     """Pending MIG requests and devices in use, from pod manifests (kubernetes.core.k8s_info resources).
 
     Returns (demand items, in_use {inventory node: {device name: count}}, whole-GPU pods pending,
@@ -437,7 +441,7 @@ def _claim_requests(claim, name):
     return out
 
 
-def demand_from_claims(claims):
+def demand_from_claims(claims: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Pending MIG requests of NVIDIA's DRA driver, from ResourceClaim manifests (kubernetes.core.k8s_info
     resources): a claim without status.allocation that asks the DeviceClass mig.nvidia.com adds its count of the
     profile its CEL selector names. Allocated claims hold devices that exist; they add nothing.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any, Mapping
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _gpu_layout as layout
 from ansible_collections.gpuops.mig.plugins.plugin_utils._plan_demand import PlanInputError
@@ -168,7 +169,7 @@ def _counts_text(counts):
     return ", ".join("%s x%d" % item for item in counts.items()) or "-"
 
 
-def plan_table(plan):
+def plan_table(plan: Mapping[str, Any]) -> list[str]:
     """The plan as lines of text for a person: one line per GPU, then the demand and the totals."""
     rows = ["%-16s %-4s %-24s %-8s %-30s %-30s %s" % ("NODE", "GPU", "MODEL", "ACTION", "BEFORE", "AFTER",
                                                       "DESTROY/CREATE")]
@@ -203,7 +204,7 @@ def plan_table(plan):
     return rows
 
 
-def vars_file_data(plan):
+def vars_file_data(plan: Mapping[str, Any]) -> dict[str, Any]:
     """What site.yml -e @file reads: gpuops_mig_plan with version, nodes (layouts, config_label, touched), report."""
     return {"gpuops_mig_plan": {
         "version": 1,

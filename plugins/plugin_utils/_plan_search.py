@@ -16,6 +16,7 @@ from __future__ import annotations
 import heapq
 import json
 from collections.abc import Mapping
+from typing import Any, Sequence
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _gpu_layout as layout
 from ansible_collections.gpuops.mig.plugins.module_utils import _host_layout as host_layout
@@ -43,7 +44,7 @@ class _TooBig(Exception):
 _GEOMETRY_CACHE = {}
 
 
-def geometry_from_profiles(profiles):
+def geometry_from_profiles(profiles: Sequence[Mapping[str, Any]]) -> layout.GpuGeometry:
     """A GpuGeometry from mig_facts' ``supported_profiles`` (the same rules mig_config uses)."""
     key = json.dumps(profiles, sort_keys=True)
     cached = _GEOMETRY_CACHE.get(key)

@@ -12,21 +12,23 @@ wrong and how to fix it.
 from __future__ import annotations
 
 import re
+from typing import Any, Iterable, Mapping, Sequence
 
 NVML_MISSING = "nvidia-ml-py"
 
 
-def nvml_missing(facts):
+def nvml_missing(facts: Mapping[str, Any] | None) -> bool:
     """True when the host's Python cannot import pynvml (the only problem pip can fix)."""
     return NVML_MISSING in ((((facts or {}).get("driver") or {}).get("error")) or "")
 
 
-def version_tuple(text):
+def version_tuple(text: object) -> tuple[int, ...]:
     """'550.90.07' -> (550, 90, 7); what is not a number is left out."""
     return tuple(int(part) for part in re.findall(r"[0-9]+", str(text)))
 
 
-def too_old(gpus, driver_version, minimums):
+def too_old(gpus: Iterable[Mapping[str, Any]], driver_version: str | None,
+            minimums: Sequence[Mapping[str, Any]]) -> list[str]:
     """'GPU i (name), which needs X or newer' for each MIG-capable GPU whose model needs a newer driver.
 
     minimums: [{pattern, version}]; the first pattern that matches the GPU name (case-insensitive) applies."""
@@ -42,7 +44,8 @@ def too_old(gpus, driver_version, minimums):
     return found
 
 
-def problems(host, facts, toolkit, options, python="python3"):
+def problems(host: str, facts: Mapping[str, Any], toolkit: Mapping[str, Any] | None, options: Mapping[str, Any],
+             python: str = "python3") -> list[str]:
     """Every reason the host cannot take part, first the ones that hide the others.
 
     options: require_mig_capable, min_driver_versions, container_toolkit_min_version; toolkit is
@@ -80,7 +83,7 @@ _TOOLKIT_FIX = ("Install or upgrade nvidia-container-toolkit (NVIDIA's apt/yum r
                 "mig_preflight_check_container_toolkit=false for hosts that run no containers.")
 
 
-def ready(host, facts, toolkit):
+def ready(host: str, facts: Mapping[str, Any], toolkit: Mapping[str, Any] | None) -> str:
     """One line: the host is ready, with its driver, GPUs and toolkit."""
     models = []
     for gpu in facts["gpus"]:

@@ -9,6 +9,7 @@ Controller-side; no Ansible imports."""
 from __future__ import annotations
 
 import os
+from typing import Any, Mapping
 
 # The node workflow's steps, by the task file that runs them (roles/mig_node/tasks), as an operator
 # names them. Files not listed (labels, reports, leases, reads) are bookkeeping and print nothing.
@@ -31,12 +32,12 @@ NODE_STEPS = {
 }
 
 
-def node_step(path):
+def node_step(path: str | None) -> str | None:
     """The operator's name for the step a role task file runs, or None when it is not a step."""
     return NODE_STEPS.get(os.path.basename(path or ""))
 
 
-def message_lines(msg):
+def message_lines(msg: Any) -> list[str]:
     """A debug task's msg as lines: a list gives one line per item, a text one per line; empty lines go."""
     items = msg if isinstance(msg, (list, tuple)) else [msg]
     lines = []
@@ -45,7 +46,7 @@ def message_lines(msg):
     return [line for line in lines if line.strip()]
 
 
-def tally(per_host):
+def tally(per_host: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """The closing lines from {host: {"ok", "changed", "failures", "unreachable", ...}} (Ansible's
     stats.summarize per host): one count line, then one line per host that failed or was unreachable."""
     failed = sorted(h for h, t in per_host.items() if t.get("failures"))
@@ -58,7 +59,7 @@ def tally(per_host):
     return lines
 
 
-def failure_line(host, task, result):
+def failure_line(host: str, task: str, result: Mapping[str, Any]) -> str:
     """One line for a failed task: the host, the task and the module's message (else the result)."""
     message = result.get("msg") or result.get("stderr") or result.get("reason") or ""
     if not message and "results" in result:   # a loop: the first failed item's message

@@ -14,6 +14,7 @@ import functools
 import os
 
 import yaml
+from typing import Any, Mapping
 
 # The collection's roles/, beside plugins/ in a checkout and in an installed collection alike.
 ROLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
@@ -36,7 +37,7 @@ RENAMED = {"configmap": "mig_node_config_configmap", "configmap_namespace": "mig
            "restore.reset": "mig_node_reset_gpus", "restore.before": "mig_node_persist_unit_before"}
 
 
-def node_role_variable(option):
+def node_role_variable(option: str) -> str:
     """The mig_node role variable behind a mig_node_preview option (restore's settings as "restore.<name>")."""
     if option in RENAMED:
         return RENAMED[option]
@@ -45,12 +46,12 @@ def node_role_variable(option):
     return "mig_node_" + option
 
 
-def role_options():
+def role_options() -> tuple[tuple[str, str], ...]:
     """((option, role variable), ...) for NODE_ROLE_OPTIONS."""
     return tuple((option, node_role_variable(option)) for option in NODE_ROLE_OPTIONS)
 
 
-def restore_options():
+def restore_options() -> tuple[tuple[str, str], ...]:
     """((restore setting, role variable), ...) for NODE_RESTORE_OPTIONS."""
     return tuple((name, node_role_variable("restore." + name)) for name in NODE_RESTORE_OPTIONS)
 
@@ -61,20 +62,20 @@ def _load(path):
         return (yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}).get("argument_specs") or {}
 
 
-def argument_spec(role, entry="main", roles_dir=ROLES_DIR):
+def argument_spec(role: str, entry: str = "main", roles_dir: str = ROLES_DIR) -> dict[str, Any]:
     """The options of a role's entry point, as its meta/argument_specs.yml documents them (read once)."""
     specs = _load(os.path.join(roles_dir, role, "meta", "argument_specs.yml"))
     return (specs.get(entry) or {}).get("options") or {}
 
 
-def validator_spec(documented, **overrides):
+def validator_spec(documented: Mapping[str, Any], **overrides: Any) -> dict[str, Any]:
     """One documented option as an argument spec entry (no prose), with overrides (e.g. a wider type)."""
     spec = dict((key, documented[key]) for key in VALIDATION_KEYS if key in documented)
     spec.update(overrides)
     return spec
 
 
-def node_preview_spec(overrides):
+def node_preview_spec(overrides: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """The argument spec entries of mig_node_preview's role-fed options, from the mig_node role's argument spec.
     overrides: {option: {key: value}} where the action takes more than the role (a config as text too)."""
     documented = argument_spec("mig_node")

@@ -7,12 +7,15 @@
 from __future__ import annotations
 
 import datetime
+from typing import Any, Iterable, Mapping, Sequence
 
 COLUMNS = ("node", "outcome", "path", "mode changes", "destroyed", "created", "evicted", "reboots", "seconds")
 KEYS = ("node", "outcome", "path", "mode_changes", "destroyed", "created", "evicted", "reboots", "seconds")
 
 
-def node_report(decision, mode=None, geometry=None, rebooted=False, started=None, outcome=None, evicted=None):
+def node_report(decision: Mapping[str, Any] | None, mode: Mapping[str, Any] | None = None,
+                geometry: Mapping[str, Any] | None = None, rebooted: bool = False, started: Any = None,
+                outcome: str | None = None, evicted: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """One node's row: outcome converged/changed/failed/repaired, GPUs whose mode changed, devices destroyed and
     created, pods evicted (evicted: the drain's pods, each {"pod", "reasons"}; None: no drain ran)."""
     plans = [g.get("plan") or {} for g in (geometry or {}).get("gpus") or []]
@@ -42,7 +45,7 @@ def _seconds_since(started):
     return round((now - begin).total_seconds(), 1)
 
 
-def batch_stops(failed, size, max_fail_percentage=0):
+def batch_stops(failed: int, size: int, max_fail_percentage: float | str | None = 0) -> bool:
     """Whether Ansible ends the playbook after a batch of `size` nodes of which `failed` failed (unreachable
     ones included): more than max_fail_percentage of the batch, or all of it, whatever the tolerance."""
     failed, size = int(failed), int(size)
@@ -52,7 +55,7 @@ def batch_stops(failed, size, max_fail_percentage=0):
 PREVIEW_FAILURE_POLICIES = ("stop", "skip")
 
 
-def preview_failure(message, policy="stop"):
+def preview_failure(message: str | None, policy: str | None = "stop") -> dict[str, Any]:
     """What a node refused in site.yml's preview means for the rollout (gpuops_mig_preview_failure).
 
     stop: the rollout stops before any node changes ({"skip": False}); skip: the node is left untouched,
@@ -77,7 +80,8 @@ def _names(hosts):
     return shown + (" and %d more" % (len(hosts) - NAMES_SHOWN) if len(hosts) > NAMES_SHOWN else "")
 
 
-def preview_lines(hosts, messages, changing, skipped=()):
+def preview_lines(hosts: Sequence[str], messages: Mapping[str, str], changing: Iterable[str] | None,
+                  skipped: Iterable[str] | None = ()) -> list[str]:
     """What site.yml says after the preview: each node's message (converged nodes folded into one line
     past LIST_CONVERGED), then the count of nodes to change, converged and skipped.
 
@@ -95,7 +99,9 @@ def preview_lines(hosts, messages, changing, skipped=()):
     return lines + [total]
 
 
-def fleet_summary(reports, hosts, decisions=None, skipped=None):
+def fleet_summary(reports: Mapping[str, Mapping[str, Any] | None], hosts: Sequence[str],
+                  decisions: Mapping[str, Any] | None = None,
+                  skipped: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Rows for every host, and totals.
 
     reports: {host: node_report() or None}; decisions: {host: the preview's decision or None}; skipped:
@@ -134,7 +140,7 @@ def fleet_summary(reports, hosts, decisions=None, skipped=None):
     return {"nodes": rows, "totals": totals, "table": shown + reasons}
 
 
-def table(rows):
+def table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """A fixed-width text table of the rows."""
     cells = [list(COLUMNS)] + [["-" if r.get(k) is None else str(r.get(k)) for k in KEYS] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(KEYS))]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping
+from typing import Any
 
 from ansible_collections.gpuops.mig.plugins.plugin_utils._plain import describe
 
@@ -72,7 +73,7 @@ def _now(now):
     return stamp
 
 
-def gate(state, cooldown_seconds, now=None):
+def gate(state: Any, cooldown_seconds: Any, now: Any = None) -> dict[str, Any]:
     """{wait_seconds, why}: how long the cooldown still holds the next round (0: start now)."""
     state = _mapping(state, "the round state")
     cooldown = _seconds(cooldown_seconds, "gpuops_mig_round_cooldown")
@@ -86,7 +87,7 @@ def gate(state, cooldown_seconds, now=None):
                                          % (state["last_change"], cooldown)}
 
 
-def gpu_pods(pods, node_name):
+def gpu_pods(pods: Any, node_name: str) -> list[str]:
     """namespace/name of the pods on ``node_name`` that use GPUs (what a drain of the node evicts)."""
     names = []
     for pod in pods or []:
@@ -124,7 +125,8 @@ def _approved(approvals):
     return approved
 
 
-def select(plan, pods=None, nodes=None, settings=None, approvals=None, state=None):
+def select(plan: Any, pods: Any = None, nodes: Any = None, settings: Any = None, approvals: Any = None,
+           state: Any = None) -> dict[str, Any]:
     """The round's decision for every node the plan touches.
 
     ``plan`` the plan (plan.yml's JSON, or mig_plan's ``plan``); ``pods`` and ``nodes`` the cluster's Pod
@@ -236,7 +238,7 @@ def select(plan, pods=None, nodes=None, settings=None, approvals=None, state=Non
     }
 
 
-def record(state, round_id, selection, finished, now=None):
+def record(state: Any, round_id: str, selection: Mapping[str, Any], finished: bool, now: Any = None) -> dict[str, Any]:
     """The state with this round in it: when a round last changed nodes, and which changes did not finish.
 
     Before the apply ``finished`` is False: the round's nodes are unfinished, and stay so (held by the next
@@ -260,7 +262,7 @@ def record(state, round_id, selection, finished, now=None):
     return state
 
 
-def outcome_lines(selection):
+def outcome_lines(selection: Mapping[str, Any]) -> list[str]:
     """What the round prints: one line per planned node, then the totals."""
     lines = []
     for name in selection.get("planned") or []:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
+from typing import Any, Collection, Sequence
 
 from ansible_collections.gpuops.mig.plugins.plugin_utils._config_builder import describe
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError
@@ -45,7 +46,7 @@ class SharingError(GpuopsError):
     """A sharing policy or device-plugin config that cannot be used (found before anything changes)."""
 
 
-def policy(sharing, where="mig_node_sharing"):
+def policy(sharing: Any, where: str = "mig_node_sharing") -> dict[str, dict[str, Any]]:
     """The shared profiles of a sharing policy: {profile: {replicas, rename, fail_requests_greater_than_one}}.
 
     ``sharing``: None, {}, 'none' (nothing shared) or {profile: 'none' | {strategy, replicas, rename,
@@ -114,13 +115,14 @@ def _switch(value, where, name):
     return value
 
 
-def resource_name(profile, strategy):
+def resource_name(profile: str, strategy: str) -> str:
     """The device plugin's resource for MIG devices of ``profile``: nvidia.com/gpu under single, else
     nvidia.com/mig-<profile> ('+' written '.')."""
     return GPU_RESOURCE if strategy == "single" else MIG_RESOURCE_PREFIX + profile.replace("+", ".")
 
 
-def check_for_layout(shared, devices, strategy, host, source):
+def check_for_layout(shared: Mapping[str, Any], devices: Collection[str], strategy: str, host: str,
+                     source: str) -> None:
     """Refuse sharing the node's layout and MIG strategy cannot serve (nothing has changed yet).
 
     devices: the MIG device names the layout creates on the node; source: where the layout comes from."""
@@ -136,7 +138,8 @@ def check_for_layout(shared, devices, strategy, host, source):
                 host, ", ".join(sorted(shared))))
 
 
-def expected_advertisement(gpus, strategy, with_labels=True, sharing=None):
+def expected_advertisement(gpus: Sequence[Mapping[str, Any]], strategy: str, with_labels: bool = True,
+                           sharing: Any = None) -> dict[str, Any]:
     """What the node must advertise (decision.expected_advertisement) with the shared profiles time-sliced:
     devices x replicas under the resource's name, '.shared' appended with rename, and GFD's replicas,
     sharing-strategy and (not renamed) '-SHARED' product labels."""
@@ -179,7 +182,7 @@ _ENTRY_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 UNMANAGED = {"managed": False, "policy": {}}
 
 
-def render(shared, strategy, allocation_policy=""):
+def render(shared: Mapping[str, Mapping[str, Any]], strategy: str, allocation_policy: str = "") -> str:
     """The device plugin's config file (api/config/v1) for the shared profiles: YAML text, keys sorted.
     allocation_policy: flags.plugin.sharedDevicesAllocationPolicy (distributed or packed), left out when empty."""
     import yaml      # PyYAML: a controller requirement (README, Install)
@@ -197,12 +200,13 @@ def render(shared, strategy, allocation_policy=""):
     return yaml.safe_dump(config, default_flow_style=False, sort_keys=True)
 
 
-def valid_entry_name(name):
+def valid_entry_name(name: str) -> bool:
     """A ConfigMap key that is also a label value (the nvidia.com/device-plugin.config label names it)."""
     return bool(_ENTRY_NAME.match(name))
 
 
-def policy_from_config(text, devices, strategy, where):
+def policy_from_config(text: str | None, devices: Collection[str], strategy: str,
+                       where: str) -> dict[str, dict[str, Any]]:
     """The shared profiles of an existing device-plugin config entry (its time-slicing resources that are the
     layout's MIG devices); MPS is refused."""
     import yaml
@@ -234,7 +238,9 @@ def _device_names(planned):
     return dict((name, True) for gpu in planned or () if gpu.get("mig_enabled") for name in gpu.get("devices") or {})
 
 
-def node_plan(host, settings, planned, strategy, source, operator, node, configmaps):
+def node_plan(host: str, settings: Mapping[str, Any], planned: Sequence[Mapping[str, Any]] | None, strategy: str,
+              source: str, operator: Mapping[str, Any], node: Mapping[str, Any] | None,
+              configmaps: Mapping[str, Sequence[Mapping[str, Any]]] | None) -> dict[str, Any]:
     """What the rollout does about the device plugin's config for this node, checked before any change.
 
     settings: sharing (mig_node_sharing), entry (mig_node_device_plugin_config_name), configmap and namespace

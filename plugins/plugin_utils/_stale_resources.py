@@ -12,6 +12,8 @@ a resource as one the node serves (KAI scheduler #1120). Private to the collecti
 
 from __future__ import annotations
 
+from typing import Any
+
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
 
@@ -25,7 +27,7 @@ def _count(value):
     return int(text) if text.isdigit() else None
 
 
-def stale_resources(node, expected):
+def stale_resources(node: Any, expected: Any) -> list[str]:
     """Sorted names of the MIG resources (nvidia.com/mig-*, .shared names included) that the Node lists in
     status.capacity or status.allocatable at 0 in each field that has them, and that ``expected``
     (mig_expected_advertisement) does not promise. A resource with devices left in either field (an unhealthy

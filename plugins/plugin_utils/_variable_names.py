@@ -17,6 +17,7 @@ import glob
 import os
 
 import yaml
+from typing import Collection, Iterable
 
 PREFIXES = ("mig_node_", "mig_preflight_", "mig_device_plugin_", "gpuops_mig_")
 
@@ -41,7 +42,7 @@ PLAYBOOK_VARIABLES = (
 ROLE_RESULTS = ("mig_node_report", "mig_node_preview", "mig_device_plugin_release", "mig_node_run")
 
 
-def spec_options(roles_dir):
+def spec_options(roles_dir: str) -> set[str]:
     """The option names of every entry point of every role under roles_dir (meta/argument_specs.yml)."""
     names = set()
     for path in sorted(glob.glob(os.path.join(roles_dir, "*", "meta", "argument_specs.yml"))):
@@ -52,11 +53,11 @@ def spec_options(roles_dir):
     return names
 
 
-def known_names(roles_dir):
+def known_names(roles_dir: str) -> set[str]:
     return spec_options(roles_dir) | set(PLAYBOOK_VARIABLES) | set(ROLE_RESULTS)
 
 
-def unknown(names, known):
+def unknown(names: Iterable[str], known: Collection[str]) -> list[tuple[str, str | None]]:
     """[(name, closest known name or None)] for each name with one of PREFIXES that is not known, sorted."""
     found = []
     for name in sorted(set(names)):
@@ -67,7 +68,7 @@ def unknown(names, known):
     return found
 
 
-def problem(host, names, known):
+def problem(host: str, names: Iterable[str], known: Collection[str]) -> str | None:
     """The message for the unknown names among ``names`` (None when every one is known)."""
     found = unknown(names, known)
     if not found:

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import RefusedError
 from ansible_collections.gpuops.mig.plugins.plugin_utils._plain import describe
@@ -25,7 +26,7 @@ def _seconds(value, what: str) -> float:
     return number
 
 
-def retries(timeout, delay) -> int:
+def retries(timeout: Any, delay: Any) -> int:
     """Polls of an `until` loop that waits `timeout` seconds, `delay` apart: ceil(timeout / delay), at least 1
     (a timeout of 0 still looks once)."""
     timeout_s = _seconds(timeout, "the wait's timeout")
