@@ -530,6 +530,9 @@ def repair_plan(node: Mapping[str, Any] | None, host: str, path: str, validate: 
     return {
         "services": record["services"], "operands": record["operands"],
         "device_plugin": restart, "validate": restart and validate,
+        # The interrupted run may have changed the GPUs and died before /dev/nvidia-caps and the CDI spec
+        # followed; a node about to change gets both from its own change.
+        "devices": path == "converged",
         # The annotation once this run's repair is done: what is still owed, or removed.
         "left": _node_records.owed_annotations(_node_records.settled(record, *now_done)),
         "message": "%s; this run puts that right before anything else" % _node_records.describe_owed(record),

@@ -5,6 +5,7 @@ controller and every worker and module process it started, as a crashed controll
 job leaves them), then run again plainly. After each re-run the fleet must be whole:
 
 - the GPUs at the target layout, every GPU instance with its compute instances;
+- /dev/nvidia-caps holding the capability nodes of those instances (under the host's root);
 - no host GPU service left stopped, no GPU Operator operand label left paused;
 - the device plugin advertising what the GPUs hold;
 - the node the rollout cordoned uncordoned, an admin's cordon kept;
@@ -40,6 +41,7 @@ import gpuops_mig_sim as sim  # noqa: E402
 from gpuops_mig_sim import models  # noqa: E402
 from test_roles import CONFIG, DCGM_EXPORTER, EXAMPLE, STATE, Fleet, recap  # noqa: E402
 
+from ansible_collections.gpuops.mig.plugins.module_utils import _nvidia_caps  # noqa: E402
 from tests.support.kubeapi import KubeAPI, seed  # noqa: E402
 
 PAUSED = "paused-for-mig-change"
@@ -116,6 +118,10 @@ def problems(api, fleet, clients_before):
                     profile = models.gi_profile_by_id(models.MODELS[gpu["model"]], gi["profile_id"]).name
                     found.append("%s: GPU %d instance %d (%s) has no compute instance"
                                  % (name, gpu["index"], gi["id"], profile))
+        # The host's root (examples/simulated-fleet gpuops_sim_root): its /dev/nvidia-caps must list the new devices.
+        caps = _nvidia_caps.plan(os.path.splitext(fleet.state_path(name))[0])
+        if caps:
+            found.append("%s: /dev/nvidia-caps not current, still to do: %s" % (name, "; ".join(_nvidia_caps.describe(caps))))
         if state["host"]["clients"] != clients_before[name]:
             found.append("%s: host GPU services %s, were %s" % (name, state["host"]["clients"], clients_before[name]))
         node = api.get("Node", name)

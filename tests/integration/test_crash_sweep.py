@@ -14,12 +14,13 @@ import sweep  # noqa: E402
 
 pytestmark = pytest.mark.playbook
 
-# One point per kind of thing a crash leaves: a cordon, paused operands and stopped services, GPUs half
-# changed, a device-plugin restart owed, a node validated but not released.
+# One point per kind of thing a crash leaves: a cordon, paused operands and stopped services with GPUs half
+# changed, GPUs at the layout with /dev/nvidia-caps not following them (repaired on a converged node), a
+# device-plugin restart owed, a node validated but not released.
 POINTS = [
     pytest.param("drain.yml", "Drain (retried while a PodDisruptionBudget blocks an eviction)", id="before-drain"),
-    pytest.param("main.yml", "Renew the node's lease before the MIG mode", id="after-services-stopped"),
     pytest.param("geometry.yml", "Apply the MIG geometry", id="before-geometry"),
+    pytest.param("geometry.yml", "Make /dev/nvidia-caps current for the new MIG devices", id="before-device-nodes"),
     pytest.param("device_plugin_restart.yml", "Restart the device plugin and GFD pods", id="before-device-plugin-restart"),
     pytest.param("uncordon.yml", "Uncordon and record the outcome on the node", id="before-uncordon"),
 ]

@@ -185,6 +185,7 @@ def test_a_converged_node_with_an_owed_record_is_repaired_first():
     assert out["path"] == "converged" and out["steady_work"][0] == "repair"
     assert out["repair"]["services"] == ["nvidia-dcgm.service"] and out["repair"]["device_plugin"]
     assert out["repair"]["validate"] and out["repair"]["left"] == {"gpuops.mig/owed": None}
+    assert out["repair"]["devices"]     # the run may have died between the geometry and /dev/nvidia-caps
     assert out["summary"] == ("gpu-1: layout 'all-3g' is already in place: nothing disruptive to do; first, run r1, "
                               "interrupted, left host services stopped (nvidia-dcgm.service); GPU Operator operands "
                               "paused (nvidia.com/gpu.deploy.dcgm); the device plugin not restarted after the GPUs "
@@ -197,6 +198,7 @@ def test_a_node_about_to_change_keeps_the_device_plugin_restart_owed():
     out = d.decide(info(geometry=True), node(annotations=owed(services=["a.service"], device_plugin=True)), None,
                    settings())
     assert out["path"] == "reconfigure" and out["repair"]["device_plugin"] is False
+    assert out["repair"]["devices"] is False    # its own change makes them current
     assert json.loads(out["repair"]["left"]["gpuops.mig/owed"])["device_plugin"] is True
     assert "repair" not in out["steady_work"]   # the node is held for its change anyway
 
