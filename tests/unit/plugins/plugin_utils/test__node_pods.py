@@ -38,8 +38,8 @@ def test_a_drain_evicts_all_but_daemonset_and_mirror_pods_or_only_gpu_pods():
     # A pod with ResourceClaims may hold a GPU through NVIDIA's DRA driver: a GPU pod for the drain.
     claimed = dict(pod("dra-train", owner="ReplicaSet"))
     claimed["spec"] = dict(claimed["spec"], resourceClaims=[{"name": "gpu", "resourceClaimName": "train"}])
-    assert names(pods.pods_to_evict(NODE_PODS + [claimed], True, "gpuops.mig/evict")) == ["train", "init-gpu",
-                                                                                         "dra-train"]
+    evicted = pods.pods_to_evict(NODE_PODS + [claimed], True, "gpuops.mig/evict")
+    assert names(evicted) == ["train", "init-gpu", "dra-train"]
 
 
 def test_plugin_pods_match_any_selector_once():
