@@ -81,6 +81,14 @@ def advertised(state):
     return counts
 
 
+def listed_devices(node):
+    """{resource: count} of the nvidia.com/ resources the Node's allocatable lists, less nvidia.com/gpu at 0: the
+    kubelet keeps a resource the device plugin stopped advertising at 0 until it restarts, and the role removes
+    only the stale MIG ones (mig_node_stale_resources), so a MIG resource left at 0 still shows here."""
+    return {k: int(v) for k, v in node.status.allocatable.items()
+            if k.startswith("nvidia.com/") and not (k == "nvidia.com/gpu" and v == "0")}
+
+
 def busy_devices(name):
     """The workloads the rollout scenario started on host `name` (rollout/relayout.yml)."""
     path = os.path.join(BED, "busy-%s.json" % name)

@@ -93,6 +93,20 @@ def main(argv):
     if not output:
         sys.stdout.write(text)
         return 0
-    with open(output, "w") as handle:
-        handle.write(text)
+    return _write(output, text)
+
+
+def _write(output, text):
+    """Write the spec where --output says; like the real command, make its directory first (mode 0755)."""
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(output)), 0o755, exist_ok=True)
+    except OSError as exc:
+        sys.stderr.write("nvidia-ctk (simulated): failed to write spec: failed to create Spec dir: %s\n" % exc)
+        return EXIT_FAILED
+    try:
+        with open(output, "w") as handle:
+            handle.write(text)
+    except OSError as exc:
+        sys.stderr.write("nvidia-ctk (simulated): failed to write spec: %s\n" % exc)
+        return EXIT_FAILED
     return 0

@@ -124,7 +124,8 @@ finally:
 """
 _GENERATE = """
 import json, sys
-from ansible_collections.gpuops.mig.plugins.plugin_utils import _config_builder, _nvml
+from ansible_collections.gpuops.mig.plugins.module_utils import _nvml
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _config_builder
 with _nvml.Nvml(driver_root=json.load(sys.stdin)["driver_root"]) as nvml:
     gpus = [nvml.describe(i) for i in range(nvml.gpu_count())]
 print(_config_builder.build(gpus)["content"])

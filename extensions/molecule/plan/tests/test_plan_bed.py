@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from bedview import BED, advertised, gpu_state, inventory_hosts, mig_devices
+from bedview import BED, advertised, gpu_state, inventory_hosts, listed_devices, mig_devices
 
 PLAN_DIR = os.path.join(BED, "plan")
 TOUCHED = ["a30-0", "h100-0"]
@@ -103,8 +103,7 @@ def test_gpus_have_the_planned_layout(name, plan):
 
 def test_nodes_advertise_the_layout_and_are_schedulable(cluster, name, plan):
     node = cluster.node(name)
-    allocatable = {k: int(v) for k, v in node.status.allocatable.items() if k.startswith("nvidia.com/")}
-    assert allocatable == advertised(gpu_state(name))
+    assert listed_devices(node) == advertised(gpu_state(name))
     assert not node.spec.unschedulable
     if plan["nodes"][name]["layouts"]:  # every planned node, touched or not, is labelled with its planned layout
         labels = node.metadata.labels

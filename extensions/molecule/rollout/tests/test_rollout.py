@@ -7,15 +7,16 @@ import hashlib
 import json
 import os
 
-from bedview import MOLECULE_DIR, RESTORE_UNIT, advertised, busy_devices, expected_devices, gpu_state, mig_devices
+from bedview import (MOLECULE_DIR, RESTORE_UNIT, advertised, busy_devices, expected_devices, gpu_state, listed_devices,
+                     mig_devices)
 
 MIG_HOSTS = ("a100-0", "h100-0", "h200-0", "a30-0", "a100-vm")
 MODULE_UTILS = os.path.join(MOLECULE_DIR, "..", "..", "plugins", "module_utils")
 ENGINE_DIR = "/usr/local/lib/gpuops-mig/ansible_collections/gpuops/mig/plugins/module_utils"
 # What the restore imports (gpuops.mig.mig_boot_restore derives it from the imports), and no simulator:
 # the test hosts have it on their Python path instead.
-ENGINE = ("__init__.py", "_boot_restore.py", "_bounded_yaml.py", "_errors.py", "_gpu_layout.py", "_gpu_selection.py",
-          "_host_layout.py", "_host_mode.py", "_migparted.py", "_nvml.py")
+ENGINE = ("__init__.py", "_boot_restore.py", "_bounded_yaml.py", "_cdi.py", "_errors.py", "_gpu_layout.py",
+          "_gpu_selection.py", "_host_layout.py", "_host_mode.py", "_migparted.py", "_nvidia_caps.py", "_nvml.py")
 
 
 def test_gpus_have_the_second_layout(name):
@@ -81,8 +82,7 @@ def test_node_is_labelled_and_schedulable(cluster, name):
 
 
 def test_device_plugin_advertises_the_layout(cluster, name):
-    allocatable = {k: int(v) for k, v in cluster.node(name).status.allocatable.items() if k.startswith("nvidia.com/")}
-    assert allocatable == advertised(gpu_state(name))
+    assert listed_devices(cluster.node(name)) == advertised(gpu_state(name))
 
 
 def test_daemonset_pods_stayed(cluster, name):
