@@ -10,6 +10,7 @@ GPUOPS_EDA=1, which makes a missing Java a failure.
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 
@@ -110,6 +111,29 @@ def wait_for(predicate, timeout, what, proc=None):
     raise AssertionError("timed out waiting for %s" % what)
 
 
+def stop_rulebook(proc, tmp_path):
+    """End ansible-rulebook and the rounds it started. ansible-runner starts each ansible-playbook in a session
+    of its own, so neither terminating the rulebook nor its process group reaches them: they are found by
+    their private data directory, which lies under the test's tmp_path."""
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+    marker = str(tmp_path).encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % entry, "rb") as f:
+                if marker not in f.read():
+                    continue
+            os.kill(int(entry), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            pass
+
+
 def rounds(round_dir):
     folder = round_dir / "rounds"
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
@@ -171,11 +195,7 @@ def test_pending_pods_run_after_one_round_evicting_nothing_a_risky_change_is_hel
         assert phase(kube_api, "wants-3g") == "Pending"
         assert gone == [], "pods were evicted or deleted: %s" % gone
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_rulebook(proc, tmp_path)
         log.close()
     text = (tmp_path / "rulebook.log").read_text()
     assert len(rounds(round_dir)) == 2, text[-6000:]
