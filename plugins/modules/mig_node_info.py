@@ -285,8 +285,8 @@ def planned_gpus(facts, geometry):
     return planned
 
 
-RESTORE_DEFAULTS = {"root": "", "config_dir": "/etc/gpuops-mig", "lib_dir": "/usr/local/lib/gpuops-mig",
-                    "script": "/usr/local/sbin/gpuops-mig-restore", "unit_dir": "/etc/systemd/system",
+RESTORE_DEFAULTS = {"root": "", "config_dir": boot_restore.DEFAULT_CONFIG_DIR, "lib_dir": boot_restore.DEFAULT_ENGINE_DIR,
+                    "script": boot_restore.DEFAULT_SCRIPT, "unit_dir": boot_restore.DEFAULT_UNIT_DIR,
                     "reset": True, "nvidia_smi": "nvidia-smi", "before": list(boot_restore.DEFAULT_BEFORE)}
 
 
