@@ -131,7 +131,17 @@ def speak_http_only(listener, stop):
         except OSError:
             return
         with conn:
-            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            # As an HTTP/1.1 server does: read what the client sent (gRPC's HTTP/2 preface), answer, and let
+            # the client close first. Closing before reading made the client's write fail with a broken pipe
+            # now and then, before it could read the answer.
+            conn.settimeout(2)
+            try:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                while conn.recv(65536):
+                    pass
+            except OSError:
+                pass
 
 
 def test_a_server_that_speaks_something_else_is_reported(sock):
