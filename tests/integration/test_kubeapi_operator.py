@@ -580,3 +580,19 @@ def test_gpu_cluster_labels_its_nodes_renders_its_operands_and_honours_a_pause(k
     # Without the GPUCluster its operands go with it (ownerReference cascade).
     kube_api.delete("GPUCluster", "gpu-cluster")
     assert kube_api.list("DaemonSet", NS) == []
+
+
+def test_the_kubelet_keeps_a_running_gpu_cluster_plugins_slices_and_wipes_them_once_it_is_gone(kube_api, host, idle):
+    """The wipe follows the plugin, whichever chart deployed it: the GPUCluster's nvidia-dra-driver pod counts as
+    much as the standalone chart's (a wipe 30 s after publishing failed a slow CI run)."""
+    from tests.support.kubeapi.dynamic import WIPING_DELAY_ANNOTATION
+
+    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host), *seed.gpu_cluster())
+    kube_api.patch("Node", "gpu-1", {"metadata": {"annotations": {WIPING_DELAY_ANNOTATION: "0.5"}}})
+    time.sleep(2)
+    assert [s["metadata"]["name"] for s in kube_api.list("ResourceSlice")] == ["gpu-1-gpu.nvidia.com"]
+    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {"nvidia.com/gpu.deploy.dra-driver": PAUSED}}})
+    deadline = time.monotonic() + 10
+    while kube_api.list("ResourceSlice") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert kube_api.list("ResourceSlice") == []

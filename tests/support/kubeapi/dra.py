@@ -54,9 +54,8 @@ from . import allocations, dynamic
 from .deviceplugin import NVML_STATE_ANNOTATION, _simulator
 
 DRIVER = "gpu.nvidia.com"
-POD_LABEL = ("app.kubernetes.io/name", "dra-driver-nvidia-gpu")
-# The same plugin as GPU Operator v26.7 renders it for a GPUCluster (gpucluster.py).
-OPERATOR_POD_LABEL = ("app.kubernetes.io/name", "nvidia-dra-driver")
+POD_LABEL = dynamic.POD_LABEL
+OPERATOR_POD_LABEL = dynamic.OPERATOR_POD_LABEL
 
 # cluster -> {node name: uid of the plugin pod whose start was handled}
 _started: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -89,8 +88,7 @@ def reconcile(cluster):
 
 def _start_plugins(cluster):
     started = _started.setdefault(cluster, {})
-    pods = [p for key, value in (POD_LABEL, OPERATOR_POD_LABEL)
-            for p in cluster.list("Pod", label_selector=f"{key}={value}")]
+    pods = dynamic.plugin_pods(cluster)
     if not pods:
         return
     for node in cluster.list("Node"):

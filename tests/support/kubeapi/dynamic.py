@@ -16,7 +16,8 @@ mig.go ToCanonicalName), as reference/gpu-operator.md section 6.3 sums it up:
   of devices per GPU, each device consuming the memory slices of its placement (the whole GPU all of them). All
   in one pool named after the node, one generation higher than before, resourceSliceCount the number of slices.
 - The kubelet deletes a driver's ResourceSlices of a node once its plugin has been gone from the node for 30 s
-  (reconcile(); the node annotation kubeapi.test/dra-wiping-delay shortens it for tests).
+  (reconcile(); the node annotation kubeapi.test/dra-wiping-delay shortens it for tests). The plugin is the pod of
+  either chart: the standalone driver's (seed.dra_driver) or the GPU Operator's for a GPUCluster (gpucluster.py).
 
 Not modelled: the `+me`/`+gfx`/`-me` profile variants (only plain profiles are published), capacities other than
 memory, the combined form of Kubernetes 1.34, claims, preparation (creating a MIG device per claim), and the
@@ -33,6 +34,9 @@ from .deviceplugin import NVML_STATE_ANNOTATION, _simulator
 
 DRIVER = "gpu.nvidia.com"
 POD_LABEL = ("app.kubernetes.io/name", "dra-driver-nvidia-gpu")
+# The same plugin as GPU Operator v26.7 renders it for a GPUCluster (gpucluster.py).
+OPERATOR_POD_LABEL = ("app.kubernetes.io/name", "nvidia-dra-driver")
+PLUGIN_POD_LABELS = (POD_LABEL, OPERATOR_POD_LABEL)
 WIPING_DELAY_ANNOTATION = "kubeapi.test/dra-wiping-delay"
 DEFAULT_WIPING_DELAY = 30.0
 
@@ -131,9 +135,13 @@ def reconcile(cluster):
             timers[name].start()
 
 
+def plugin_pods(cluster) -> list:
+    """The DRA kubelet plugin's pods, as seed.dra_driver and the GPUCluster (gpucluster.py) deploy them."""
+    return [p for key, value in PLUGIN_POD_LABELS for p in cluster.list("Pod", label_selector=f"{key}={value}")]
+
+
 def _plugin_nodes(cluster) -> set:
-    key, value = POD_LABEL
-    return {(p.get("spec") or {}).get("nodeName") for p in cluster.list("Pod", label_selector=f"{key}={value}")}
+    return {(p.get("spec") or {}).get("nodeName") for p in plugin_pods(cluster)}
 
 
 def _wipe(cluster, name):
