@@ -17,4 +17,5 @@ class FilterModule(object):
             "mig_partitioner_published": as_filter(handoff.published, handoff.HandoffError),
             "mig_partitioner_withdrawn": as_filter(handoff.withdrawn, handoff.HandoffError),
             "mig_hami_node_config": as_filter(handoff.hami_node_config, handoff.HandoffError),
+            "mig_handoff_record": as_filter(handoff.record_text, handoff.HandoffError),
         }

@@ -138,7 +138,7 @@ def give(info: Mapping[str, Any], node: Mapping[str, Any] | None, settings: Mapp
     plugin = plugin_of(partitioner, settings.get("daemonsets"), host)
     labels = dict(((node or {}).get("metadata") or {}).get("labels") or {})
     # Handed over: the MIG devices are the partitioner's (created per claim or pod), only MIG mode is ours.
-    if record and not (info.get("change") or {}).get("mode") and \
+    if record and not record.get("pending") and not (info.get("change") or {}).get("mode") and \
             all(labels.get(k) == v for k, v in plugin["node_labels"].items()):
         return None
     busy = (drain or {}).get("mode") == "none" and [e["pod"] for e in (info.get("evictions") or {}).get("pods") or []]
@@ -146,12 +146,33 @@ def give(info: Mapping[str, Any], node: Mapping[str, Any] | None, settings: Mapp
         raise HandoffError("%s: pods hold MIG devices the hand-off to %s destroys: %s, and mig_node_drain is none. "
                            "Nothing was changed. Let the rollout drain them (mig_node_drain: devices or node), or "
                            "move them away first." % (host, partitioner, ", ".join(sorted(busy))))
-    record = {"partitioner": partitioner, "daemonset": plugin["daemonset"], "namespace": plugin["namespace"],
-              "pod_selectors": plugin["pod_selectors"], "labels": plugin["node_labels"],
-              # The GPU Operator's mig-manager as it was, put back by the take-back.
-              "mig_manager": labels.get(LABEL_MIG_MANAGER)}
+    new = {"partitioner": partitioner, "daemonset": plugin["daemonset"], "namespace": plugin["namespace"],
+           "pod_selectors": plugin["pod_selectors"], "labels": plugin["node_labels"],
+           # The GPU Operator's mig-manager as it was, put back by the take-back.
+           "mig_manager": labels.get(LABEL_MIG_MANAGER)}
+    if record:
+        # An earlier hand-off (cut short, or undone by someone): what the node had before the first one, not
+        # what that one left (mig-manager's label false, HAMi's entry in mig mode).
+        new["mig_manager"] = record.get("mig_manager")
+        if "hami_entry" in record:
+            new["hami_entry"] = record["hami_entry"]
     return dict(plugin, direction="give", partitioner=partitioner, annotation=ANNOTATION_HANDED_OFF,
-                configmap=HAMI_CONFIGMAP, config_key=HAMI_CONFIG_KEY, record=record)
+                configmap=HAMI_CONFIGMAP, config_key=HAMI_CONFIG_KEY, record=new, finishing=bool(record and record.get("pending")))
+
+
+def record_text(handoff: Mapping[str, Any], pending: bool, hami: Mapping[str, Any] | None = None) -> str:
+    """The Node annotation that records a hand-off. Written pending before its first change (mig-manager off,
+    HAMi's entry, the partitioner's labels), so that a crash leaves what the take-back needs to put back, and
+    again, not pending, once the partitioner publishes the node's GPUs.
+
+    hami: mig_hami_node_config's answer ({text, previous}) when HAMi's entry is turned to mig mode; its previous
+    entry is recorded unless the record holds one already (from before an earlier attempt)."""
+    record = dict(handoff["record"])
+    if hami is not None and "hami_entry" not in record:
+        record["hami_entry"] = hami.get("previous")
+    if pending:
+        record["pending"] = True
+    return json.dumps(record, sort_keys=True)
 
 
 def taken_back_node(node: Mapping[str, Any] | None, record: Mapping[str, Any]) -> dict[str, Any]:
@@ -181,14 +202,18 @@ def take(record: Mapping[str, Any]) -> dict[str, Any]:
     return {"direction": "take", "partitioner": record["partitioner"], "daemonset": record.get("daemonset", ""),
             "namespace": record.get("namespace", ""), "pod_selectors": list(record.get("pod_selectors") or []),
             "labels": labels_off(record), "hami_entry": record.get("hami_entry"),
+            # HAMi's entry is put back only when the hand-off recorded it, that is, before it changed it.
+            "hami_restore": "hami_entry" in record,
             "configmap": HAMI_CONFIGMAP, "config_key": HAMI_CONFIG_KEY,
             "annotations": {ANNOTATION_HANDED_OFF: None}}
 
 
 def skipped_summary(host: str, record: Mapping[str, Any]) -> str:
-    return ("%s: handed to the dynamic partitioner %s (annotation %s): left to it. Set mig_node_dynamic_take_back=true "
-            "to take it back to a static layout, or mig_node_operator_mode=dynamic to hand it over again."
-            % (host, record["partitioner"], ANNOTATION_HANDED_OFF))
+    handed = "a hand-off to the dynamic partitioner %s did not finish" if record.get("pending") else \
+        "handed to the dynamic partitioner %s"
+    return ("%s: %s (annotation %s): left to it. Set mig_node_dynamic_take_back=true to take it back to a static "
+            "layout, or mig_node_operator_mode=dynamic to hand it over again."
+            % (host, handed % record["partitioner"], ANNOTATION_HANDED_OFF))
 
 
 def handoff_summary(host: str, handoff: Mapping[str, Any], decision: Mapping[str, Any]) -> str:
@@ -198,8 +223,9 @@ def handoff_summary(host: str, handoff: Mapping[str, Any], decision: Mapping[str
     steps += ["%s's plugin (%s) put on the node and restarted, its devices checked" % (
         handoff["partitioner"], handoff["daemonset"])]
     drain = "; %s" % decision["drain"]["text"] if decision.get("drain") else ""
-    return "%s: hand the node to the dynamic partitioner %s: %s%s." % (host, handoff["partitioner"],
-                                                                       ", ".join(steps), drain)
+    again = " (again: the node's record says an earlier hand-off did not finish)" if handoff.get("finishing") else ""
+    return "%s: hand the node to the dynamic partitioner %s%s: %s%s." % (host, handoff["partitioner"], again,
+                                                                         ", ".join(steps), drain)
 
 
 # -- what the partitioner publishes --------------------------------------------------

@@ -116,7 +116,8 @@ def test_a_node_without_the_gpu_operator_is_handed_to_hami_and_taken_back(kube_a
     registered = json.loads(node["metadata"]["annotations"][hami.REGISTER])
     assert [d["mode"] for d in registered] == ["mig"] and registered[0]["migProfiles"]
     assert hami_nodeconfig(kube_api) == {"gpu-9": "hami-core", "gpu-0": "mig"}
-    assert json.loads(node["metadata"]["annotations"][HANDED_OFF])["hami_entry"] is None
+    record = json.loads(node["metadata"]["annotations"][HANDED_OFF])
+    assert record["hami_entry"] is None and "pending" not in record
 
     back = fleet.run("playbooks/site.yml", dict(common, mig_node_dynamic_take_back=True))
     assert back.returncode == 0, output(back)

@@ -42,11 +42,11 @@ def dynamic(**kw):
                                 partitioner="nvidia-dra", daemonsets=[dra_daemonset()], drain="devices"), **kw))
 
 
-def record(partitioner="nvidia-dra", mig_manager="true", labels=None):
-    return {h.ANNOTATION_HANDED_OFF: json.dumps({
+def record(partitioner="nvidia-dra", mig_manager="true", labels=None, **more):
+    return {h.ANNOTATION_HANDED_OFF: json.dumps(dict({
         "partitioner": partitioner, "daemonset": "nvidia-dra-driver-gpu/dra-driver-nvidia-gpu-kubelet-plugin",
         "namespace": "nvidia-dra-driver-gpu", "pod_selectors": ["app.kubernetes.io/name=dra-driver-nvidia-gpu"],
-        "labels": DYNAMIC_SELECTOR if labels is None else labels, "mig_manager": mig_manager})}
+        "labels": DYNAMIC_SELECTOR if labels is None else labels, "mig_manager": mig_manager}, **more))}
 
 
 def operator_on(labels):
@@ -85,6 +85,47 @@ def test_a_node_handed_over_already_is_converged_whatever_mig_devices_the_partit
     again = d.decide(handoff_info(mode=True), node(DYNAMIC_SELECTOR, annotations), d.operator_view([], node()),
                      dynamic())
     assert again["path"] == "handoff"
+
+
+# -- a hand-off cut short (a crash, a failure) --------------------------------------------------
+
+def test_the_record_is_written_pending_before_the_first_change_and_done_at_the_end():
+    labels = {d.LABEL_MIG_MANAGER: "true"}
+    handoff = d.decide(handoff_info(), node(labels), operator_on(labels), dynamic())["handoff"]
+    pending = json.loads(h.record_text(handoff, True))
+    assert pending["pending"] is True and pending["mig_manager"] == "true" and "hami_entry" not in pending
+    done = json.loads(h.record_text(handoff, False))
+    assert done == {k: v for k, v in pending.items() if k != "pending"}
+    # HAMi's entry as it was is recorded before the entry is turned to mig mode.
+    change = {"text": "{}", "previous": {"name": "gpu-1", "operatingmode": "hami-core"}}
+    assert json.loads(h.record_text(handoff, True, change))["hami_entry"] == change["previous"]
+    assert json.loads(h.record_text(handoff, True, {"text": "{}", "previous": None}))["hami_entry"] is None
+
+
+def test_a_hand_off_cut_short_is_finished_with_what_the_node_had_before_the_first_attempt():
+    # The crashed attempt switched mig-manager off and turned HAMi's entry to mig mode; its record kept both.
+    first = {"name": "gpu-1", "operatingmode": "hami-core", "filterdevices": {"uuid": ["GPU-x"]}}
+    labels = {d.LABEL_MIG_MANAGER: "false"}
+    cut_short = node(labels, record(mig_manager="true", pending=True, hami_entry=first))
+    out = d.decide(handoff_info(mode=False, geometry=False), cut_short, operator_on(labels), dynamic())
+    assert out["path"] == "handoff" and out["handoff"]["finishing"] is True
+    assert "an earlier hand-off did not finish" in out["summary"]
+    now_in_mig_mode = {"text": "{}", "previous": dict(first, operatingmode="mig")}
+    text = json.loads(h.record_text(out["handoff"], False, now_in_mig_mode))
+    assert text["mig_manager"] == "true" and text["hami_entry"] == first and "pending" not in text
+    # Without the pending mark the same node is handed over already.
+    done = node(dict(labels, **DYNAMIC_SELECTOR), record(mig_manager="true", hami_entry=first))
+    assert d.decide(handoff_info(mode=False, geometry=False), done, operator_on(labels), dynamic())["path"] == "converged"
+
+
+def test_a_static_run_and_the_take_back_of_a_hand_off_cut_short():
+    cut_short = node({d.LABEL_MIG_MANAGER: "false"}, record(partitioner="hami", pending=True))
+    out = d.decide(info(geometry=True), cut_short, d.operator_view([], node()), settings())
+    assert out["path"] == "converged" and "a hand-off to the dynamic partitioner hami did not finish" in out["summary"]
+    # Cut short before HAMi's entry changed: the take-back leaves the entry alone.
+    assert h.take(h.record_of(cut_short, "gpu-1"))["hami_restore"] is False
+    changed = node({}, record(partitioner="hami", pending=True, hami_entry=None))
+    assert h.take(h.record_of(changed, "gpu-1"))["hami_restore"] is True
 
 
 @pytest.mark.parametrize("kw, message", [
