@@ -126,7 +126,8 @@ def handoff_fleet(workdir, extra_vars=None):
                   mig_node_layouts=[{"gpus": "all", "devices": HANDOFF_STATIC[0]}])
         # No device plugin of ours (HAMi's is the node's), so nothing of ours to validate through.
         fleet.extra_vars = dict(RERUN_VARS, mig_node_validate_timeout="60", gpuops_mig_deploy_device_plugin="false",
-                                mig_node_validate="false", **(extra_vars or {}))
+                                mig_node_validate="false")
+        fleet.extra_vars.update(extra_vars or {})
         static = run_site(fleet)
         if static.returncode != 0 or fleet.devices(HANDOFF_NODE) != HANDOFF_STATIC:
             raise SystemExit("the static layout before the hand-off was not applied:\n" + static.stdout[-6000:])
@@ -363,7 +364,7 @@ def main(argv=None):
                              "and taken back)")
     parser.add_argument("--points", help="comma-separated boundaries (default: all)")
     parser.add_argument("--list", action="store_true", help="print the boundaries and exit")
-    parser.add_argument("-e", "--extra-vars", default="{}", help="JSON variables for both runs")
+    parser.add_argument("-e", "--extra-vars", default="{}", help="JSON variables for every run")
     parser.add_argument("--settle", type=float, default=LEASE_SECONDS + 1,
                         help="seconds between the crash and the re-run (default: the crashed run's lease lapses)")
     parser.add_argument("--json", help="write the results here")
