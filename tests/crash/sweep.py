@@ -349,8 +349,8 @@ def crash_and_rerun(workdir, point, extra_vars=None, settle=LEASE_SECONDS + 1, s
         if chosen.last_check:
             last = run_site(fleet, run_vars=chosen.last_vars)
             if last.returncode != 0:
-                found.append("the %s failed (rc %d), see %s" % (chosen.last_what, last.returncode,
-                                                                 fleet.dir / ("run-%d.log" % fleet.runs)))
+                log = fleet.dir / ("run-%d.log" % fleet.runs)
+                found.append("the %s failed (rc %d), see %s" % (chosen.last_what, last.returncode, log))
             found += chosen.last_check(api, fleet, clients)
         return found
     finally:
