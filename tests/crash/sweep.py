@@ -2,7 +2,9 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The crash sweep: site.yml is killed at every task boundary of the node workflow in turn (the
 controller and every worker and module process it started, as a crashed controller or a killed AWX
-job leaves them), then run again plainly. After each re-run the fleet must be whole:
+job leaves them), then run again plainly. Two scenarios (--scenario):
+
+rollout (the default): a static layout rolled out. After each re-run the fleet must be whole:
 
 - the GPUs at the target layout, every GPU instance with its compute instances;
 - /dev/nvidia-caps holding the capability nodes of those instances (under the host's root);
@@ -11,13 +13,24 @@ job leaves them), then run again plainly. After each re-run the fleet must be wh
 - the node the rollout cordoned uncordoned, an admin's cordon kept;
 - no lease or change record of the collection left on a Node.
 
+The fleet (`rollout_fleet`): node-a, an A100 whose MIG mode and geometry change, held by a host
+service and a GPU Operator operand, with a GPU pod; node-b, an A30 an admin cordoned, whose geometry
+changes.
+
+handoff: the hand-off of node-h, an H100 at a static layout, to HAMi's dynamic MIG partitioner
+(mig_node_operator_mode=dynamic, mig_node_dynamic_partitioner=hami), whose ConfigMap holds an entry
+of its own for the node and one for another node (`handoff_fleet`). After each re-run the node must
+be handed off (MIG on, no static MIG device, HAMi's entry for it in mig mode, HAMi's registration,
+the hand-off record keeping HAMi's entry as it was before the first run, no cordon, lease or other
+record left); then a take-back run (mig_node_dynamic_take_back=true) must give it back whole: HAMi's
+entries exactly as they were, the partitioner's labels and the record gone, the static layout back.
+
     .venv/bin/python tests/crash/sweep.py                 # every boundary (long: about a minute each)
     .venv/bin/python tests/crash/sweep.py --points 5,12   # chosen boundaries
     .venv/bin/python tests/crash/sweep.py --list          # the boundaries, numbered, and exit
+    .venv/bin/python tests/crash/sweep.py --scenario handoff
 
-tests/integration/test_crash_sweep.py runs a subset in CI. The fleet (`scenario`): node-a, an
-A100 whose MIG mode and geometry change, held by a host service and a GPU Operator operand, with a
-GPU pod; node-b, an A30 an admin cordoned, whose geometry changes.
+tests/integration/test_crash_sweep.py runs a subset of each in CI.
 """
 
 from __future__ import annotations
@@ -42,7 +55,7 @@ from gpuops_mig_sim import models  # noqa: E402
 from test_roles import CONFIG, DCGM_EXPORTER, EXAMPLE, STATE, Fleet, recap  # noqa: E402
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _nvidia_caps  # noqa: E402
-from tests.support.kubeapi import KubeAPI, seed  # noqa: E402
+from tests.support.kubeapi import KubeAPI, hami, seed  # noqa: E402
 
 PAUSED = "paused-for-mig-change"
 # What the re-run may take: the variables a test of a crashed run needs so that nothing waits on
@@ -56,6 +69,16 @@ TARGET = {
     "node-b": {0: {"2g.12gb": 2}},
 }
 
+HANDOFF_NODE = "node-h"
+HANDOFF_STATIC = {0: {"3g.40gb": 2}}   # the static layout before the hand-off and after the take-back
+HANDED_OFF = "gpuops.mig/handed-off"
+# HAMi's per-node config before the hand-off: the node's own entry (with a field besides its operating mode, so
+# that "as it was" shows) and another node's, which neither run may touch.
+HAMI_ENTRY = {"name": HANDOFF_NODE, "operatingmode": "hami-core", "devicesplitcount": 4}
+HAMI_NODECONFIG = [{"name": "node-x", "operatingmode": "hami-core"}, HAMI_ENTRY]
+HANDOFF_VARS = {"mig_node_operator_mode": "dynamic", "mig_node_dynamic_partitioner": "hami"}
+TAKE_BACK_VARS = {"mig_node_dynamic_take_back": True}
+
 
 def kube_env(api, scratch):
     env = dict(os.environ)
@@ -66,12 +89,17 @@ def kube_env(api, scratch):
     return env
 
 
-def scenario(workdir, extra_vars=None):
-    """A started emulator and the fleet before the change. Returns (api, fleet)."""
+def empty_fleet(workdir):
+    """A started emulator and an empty fleet that talks to it. Returns (api, fleet)."""
     api = KubeAPI().start()
     api.write_kubeconfig(workdir / "kubeconfig")
     (workdir / "client-tmp").mkdir()
-    fleet = Fleet(workdir, api, kube_env(api, workdir / "client-tmp"))
+    return api, Fleet(workdir, api, kube_env(api, workdir / "client-tmp"))
+
+
+def rollout_fleet(workdir, extra_vars=None):
+    """The rollout scenario: a started emulator and the fleet before the change. Returns (api, fleet)."""
+    api, fleet = empty_fleet(workdir)
     a = fleet.add("node-a", "1xA100-SXM4-40GB", node_labels={DCGM_EXPORTER: "true", CONFIG: "all-balanced"},
                   mig_node_config_file=os.path.join(EXAMPLE, "mig-parted-config.yaml"))
     sim.set_host(a, add_clients=["nvidia-dcgm"])
@@ -89,14 +117,36 @@ def scenario(workdir, extra_vars=None):
     return api, fleet
 
 
-def run_site(fleet, crash_at=0, log=None):
-    """site.yml in its own process group (so the crash kills it, not us). Returns the process."""
+def handoff_fleet(workdir, extra_vars=None):
+    """The handoff scenario: node-h at its static layout (applied by a first run), HAMi installed with its
+    per-node config (HAMI_NODECONFIG), nothing handed over yet. Returns (api, fleet)."""
+    api, fleet = empty_fleet(workdir)
+    try:
+        fleet.add(HANDOFF_NODE, "1xH100-SXM5-80GB",
+                  mig_node_layouts=[{"gpus": "all", "devices": HANDOFF_STATIC[0]}])
+        # No device plugin of ours (HAMi's is the node's), so nothing of ours to validate through.
+        fleet.extra_vars = dict(RERUN_VARS, mig_node_validate_timeout="60", gpuops_mig_deploy_device_plugin="false",
+                                mig_node_validate="false")
+        fleet.extra_vars.update(extra_vars or {})
+        static = run_site(fleet)
+        if static.returncode != 0 or fleet.devices(HANDOFF_NODE) != HANDOFF_STATIC:
+            raise SystemExit("the static layout before the hand-off was not applied:\n" + static.stdout[-6000:])
+        api.seed(*hami.manifests(nodeconfig=HAMI_NODECONFIG))
+    except BaseException:
+        api.stop()
+        raise
+    return api, fleet
+
+
+def run_site(fleet, crash_at=0, log=None, run_vars=None):
+    """site.yml in its own process group (so the crash kills it, not us), with the fleet's variables and
+    run_vars. Returns the process."""
     env = dict(fleet.env, ANSIBLE_CALLBACK_PLUGINS=str(HERE / "callback_plugins"), ANSIBLE_CALLBACKS_ENABLED="crash_at",
                GPUOPS_CRASH_AT=str(crash_at))
     if log:
         env["GPUOPS_CRASH_LOG"] = str(log)
     cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", fleet.inventory(),
-           str(REPO / "playbooks" / "site.yml"), "-e", json.dumps(fleet.extra_vars)]
+           str(REPO / "playbooks" / "site.yml"), "-e", json.dumps(dict(fleet.extra_vars, **(run_vars or {})))]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False,
                           start_new_session=True)
     proc.recap = recap(proc.stdout)
@@ -105,25 +155,66 @@ def run_site(fleet, crash_at=0, log=None):
     return proc
 
 
+def gpu_problems(fleet, name, want):
+    """The node's GPUs against the layout `want`: the devices, their compute instances, /dev/nvidia-caps."""
+    found = []
+    state = sim.load_state(fleet.state_path(name))
+    if fleet.devices(name) != want:
+        found.append("%s: GPUs hold %s, not %s" % (name, fleet.devices(name), want))
+    for gpu in state["gpus"]:
+        for gi in gpu["gpu_instances"]:
+            if not gi["compute_instances"]:
+                profile = models.gi_profile_by_id(models.MODELS[gpu["model"]], gi["profile_id"]).name
+                found.append("%s: GPU %d instance %d (%s) has no compute instance"
+                             % (name, gpu["index"], gi["id"], profile))
+    # The host's root (examples/simulated-fleet gpuops_sim_root): its /dev/nvidia-caps must list the new devices.
+    caps = _nvidia_caps.plan(os.path.splitext(fleet.state_path(name))[0])
+    if caps:
+        found.append("%s: /dev/nvidia-caps not current, still to do: %s" % (name, "; ".join(_nvidia_caps.describe(caps))))
+    return found
+
+
+def host_clients(fleet, names):
+    """{node: the host's GPU services} (what a run may stop and must start again)."""
+    return dict((name, list(sim.load_state(fleet.state_path(name))["host"]["clients"])) for name in names)
+
+
+def clients_problems(fleet, name, clients_before):
+    clients = sim.load_state(fleet.state_path(name))["host"]["clients"]
+    if clients != clients_before[name]:
+        return ["%s: host GPU services %s, were %s" % (name, clients, clients_before[name])]
+    return []
+
+
+def records_left(name, node, keep=()):
+    """The collection's annotations on the Node other than `keep` (leases' and runs' records, owed restores)."""
+    records = sorted(k for k in (node["metadata"].get("annotations") or {})
+                     if k.startswith("gpuops.mig/") and k not in keep)
+    return ["%s: annotations left: %s" % (name, ", ".join(records))] if records else []
+
+
+def cordon_problems(name, node, admin_cordoned=False):
+    cordoned = bool(node["spec"].get("unschedulable"))
+    if cordoned != admin_cordoned:
+        return ["%s: %s" % (name, "still cordoned" if cordoned else "the admin's cordon was lifted")]
+    return []
+
+
+def leases_left(api):
+    try:
+        leases = [lease["metadata"]["name"] for lease in api.list("Lease")
+                  if lease["metadata"]["name"].startswith("gpuops-mig")]
+    except Exception:  # an emulator without Leases: nothing to leave behind
+        leases = []
+    return ["leases left: %s" % ", ".join(leases)] if leases else []
+
+
 def problems(api, fleet, clients_before):
-    """What is not whole on the fleet, as sentences (empty: whole)."""
+    """What is not whole on the rollout scenario's fleet, as sentences (empty: whole)."""
     found = []
     for name, want in TARGET.items():
-        state = sim.load_state(fleet.state_path(name))
-        if fleet.devices(name) != want:
-            found.append("%s: GPUs hold %s, not %s" % (name, fleet.devices(name), want))
-        for gpu in state["gpus"]:
-            for gi in gpu["gpu_instances"]:
-                if not gi["compute_instances"]:
-                    profile = models.gi_profile_by_id(models.MODELS[gpu["model"]], gi["profile_id"]).name
-                    found.append("%s: GPU %d instance %d (%s) has no compute instance"
-                                 % (name, gpu["index"], gi["id"], profile))
-        # The host's root (examples/simulated-fleet gpuops_sim_root): its /dev/nvidia-caps must list the new devices.
-        caps = _nvidia_caps.plan(os.path.splitext(fleet.state_path(name))[0])
-        if caps:
-            found.append("%s: /dev/nvidia-caps not current, still to do: %s" % (name, "; ".join(_nvidia_caps.describe(caps))))
-        if state["host"]["clients"] != clients_before[name]:
-            found.append("%s: host GPU services %s, were %s" % (name, state["host"]["clients"], clients_before[name]))
+        found += gpu_problems(fleet, name, want)
+        found += clients_problems(fleet, name, clients_before)
         node = api.get("Node", name)
         labels = node["metadata"].get("labels") or {}
         paused = sorted(k for k, v in labels.items() if v == PAUSED)
@@ -139,49 +230,128 @@ def problems(api, fleet, clients_before):
                 held[profile] = held.get(profile, 0) + n
         if advertised != held:
             found.append("%s: the device plugin advertises %s, the GPUs hold %s" % (name, advertised, held))
-        records = sorted(k for k in (node["metadata"].get("annotations") or {}) if k.startswith("gpuops.mig/"))
-        if records:
-            found.append("%s: annotations left: %s" % (name, ", ".join(records)))
-        cordoned = bool(node["spec"].get("unschedulable"))
-        if cordoned != (name == "node-b"):
-            found.append("%s: %s" % (name, "still cordoned" if cordoned else "the admin's cordon was lifted"))
-    try:
-        leases = [lease["metadata"]["name"] for lease in api.list("Lease")
-                  if lease["metadata"]["name"].startswith("gpuops-mig")]
-    except Exception:  # an emulator without Leases: nothing to leave behind
-        leases = []
-    if leases:
-        found.append("leases left: %s" % ", ".join(leases))
-    return found
+        found += records_left(name, node)
+        found += cordon_problems(name, node, admin_cordoned=name == "node-b")
+    return found + leases_left(api)
 
 
-def boundaries(workdir, extra_vars=None):
-    """[(n, task, file)] of an uninterrupted rollout of the scenario."""
-    api, fleet = scenario(workdir, extra_vars)
+def hami_nodeconfig(api):
+    """HAMi's per-node config: {node name: its nodeconfig entry}."""
+    config = api.get("ConfigMap", hami.CONFIGMAP, "kube-system")["data"]["config.json"]
+    return dict((e.get("name"), e) for e in json.loads(config).get("nodeconfig") or [])
+
+
+def hami_selector(api):
+    """The labels of HAMi's DaemonSet's nodeSelector: what the hand-off puts on the node."""
+    daemonset = api.get("DaemonSet", "hami-device-plugin", "kube-system")
+    return daemonset["spec"]["template"]["spec"]["nodeSelector"]
+
+
+def handed_off_problems(api, fleet, clients_before):
+    """What is not handed off on node-h after the re-run, as sentences (empty: handed off)."""
+    name = HANDOFF_NODE
+    found = clients_problems(fleet, name, clients_before)
+    if fleet.devices(name) != {0: {}}:
+        found.append("%s: GPUs hold static MIG devices %s after the hand-off" % (name, fleet.devices(name)))
+    off = [gpu["index"] for gpu in sim.load_state(fleet.state_path(name))["gpus"] if gpu["mig"]["current"] != 1]
+    if off:
+        found.append("%s: MIG mode off on GPU %s after the hand-off" % (name, ", ".join(map(str, off))))
+    entry = hami_nodeconfig(api).get(name)
+    if entry != dict(HAMI_ENTRY, operatingmode="mig"):
+        found.append("%s: HAMi's entry for the node is %s, not %s in mig mode" % (name, entry, HAMI_ENTRY))
+    node = api.get("Node", name)
+    labels = node["metadata"].get("labels") or {}
+    missing = dict((k, v) for k, v in hami_selector(api).items() if labels.get(k) != v)
+    if missing:
+        found.append("%s: the partitioner's labels %s are not on the node" % (name, missing))
+    annotations = node["metadata"].get("annotations") or {}
+    registered = json.loads(annotations.get(hami.REGISTER) or "[]")
+    if not registered or any(d.get("mode") != "mig" or not d.get("migProfiles") for d in registered):
+        found.append("%s: HAMi's registration (%s) does not list the GPUs in mig mode: %s"
+                     % (name, hami.REGISTER, registered))
+    if HANDED_OFF not in annotations:
+        found.append("%s: no hand-off record (%s)" % (name, HANDED_OFF))
+    else:
+        kept = json.loads(annotations[HANDED_OFF]).get("hami_entry")
+        if kept != HAMI_ENTRY:
+            found.append("%s: the hand-off record says HAMi's entry for the node was %s, it was %s"
+                         % (name, kept, HAMI_ENTRY))
+    found += records_left(name, node, keep=(HANDED_OFF,))
+    found += cordon_problems(name, node)
+    return found + leases_left(api)
+
+
+def taken_back_problems(api, fleet, clients_before):
+    """What is not whole on node-h after the take-back, as sentences (empty: whole)."""
+    name = HANDOFF_NODE
+    found = gpu_problems(fleet, name, HANDOFF_STATIC) + clients_problems(fleet, name, clients_before)
+    before = dict((e["name"], e) for e in HAMI_NODECONFIG)
+    for entry_name in sorted(set(before) | set(hami_nodeconfig(api))):
+        now = hami_nodeconfig(api).get(entry_name)
+        if now != before.get(entry_name):
+            found.append("%s: HAMi's entry for %s is %s after the take-back, it was %s"
+                         % (name, entry_name, now, before.get(entry_name)))
+    node = api.get("Node", name)
+    labels = node["metadata"].get("labels") or {}
+    left = sorted(k for k in hami_selector(api) if k in labels)
+    if left:
+        found.append("%s: the partitioner's labels left after the take-back: %s" % (name, ", ".join(left)))
+    found += records_left(name, node)
+    found += cordon_problems(name, node)
+    return found + leases_left(api)
+
+
+class Scenario:
+    """What differs between the scenarios: the fleet, the variables of the run that is killed, the nodes whose
+    host services are compared, the check after the re-run, and an optional last run with its own check."""
+
+    def __init__(self, fleet, run_vars, nodes, check, last_vars=None, last_check=None, last_what=""):
+        self.fleet, self.run_vars, self.nodes, self.check = fleet, run_vars, nodes, check
+        self.last_vars, self.last_check, self.last_what = last_vars, last_check, last_what
+
+
+SCENARIOS = {
+    "rollout": Scenario(rollout_fleet, {}, list(TARGET), problems),
+    "handoff": Scenario(handoff_fleet, HANDOFF_VARS, [HANDOFF_NODE], handed_off_problems,
+                        TAKE_BACK_VARS, taken_back_problems, "take-back"),
+}
+
+
+def boundaries(workdir, extra_vars=None, scenario="rollout"):
+    """[(n, task, file)] of an uninterrupted run of the scenario."""
+    chosen = SCENARIOS[scenario]
+    api, fleet = chosen.fleet(workdir, extra_vars)
     try:
         log = workdir / "boundaries.jsonl"
-        proc = run_site(fleet, 0, log)
+        proc = run_site(fleet, 0, log, chosen.run_vars)
         if proc.returncode != 0:
-            raise SystemExit("the uninterrupted rollout failed:\n" + proc.stdout[-6000:])
+            raise SystemExit("the uninterrupted %s failed:\n" % scenario + proc.stdout[-6000:])
         return [(e["n"], e["task"], e["file"]) for e in map(json.loads, log.read_text().splitlines())]
     finally:
         api.stop()
 
 
-def crash_and_rerun(workdir, point, extra_vars=None, settle=LEASE_SECONDS + 1):
-    """Kill site.yml at boundary `point`, wait until its lease has lapsed, run it again, and say what
-    is not whole."""
-    api, fleet = scenario(workdir, extra_vars)
+def crash_and_rerun(workdir, point, extra_vars=None, settle=LEASE_SECONDS + 1, scenario="rollout"):
+    """Kill site.yml at boundary `point`, wait until its lease has lapsed, run it again (and the scenario's
+    last run, the take-back), and say what is not whole."""
+    chosen = SCENARIOS[scenario]
+    api, fleet = chosen.fleet(workdir, extra_vars)
     try:
-        clients = dict((name, list(sim.load_state(fleet.state_path(name))["host"]["clients"])) for name in TARGET)
-        crashed = run_site(fleet, point)
+        clients = host_clients(fleet, chosen.nodes)
+        crashed = run_site(fleet, point, run_vars=chosen.run_vars)
         if crashed.returncode != -9:
             return ["the run was not killed at boundary %d (rc %s)" % (point, crashed.returncode)]
         time.sleep(settle)
-        rerun = run_site(fleet)
-        found = problems(api, fleet, clients)
+        rerun = run_site(fleet, run_vars=chosen.run_vars)
+        found = chosen.check(api, fleet, clients)
         if rerun.returncode != 0:
             found.insert(0, "the re-run failed (rc %d), see %s" % (rerun.returncode, fleet.dir / ("run-%d.log" % fleet.runs)))
+        if chosen.last_check:
+            last = run_site(fleet, run_vars=chosen.last_vars)
+            if last.returncode != 0:
+                log = fleet.dir / ("run-%d.log" % fleet.runs)
+                found.append("the %s failed (rc %d), see %s" % (chosen.last_what, last.returncode, log))
+            found += chosen.last_check(api, fleet, clients)
         return found
     finally:
         api.stop()
@@ -189,9 +359,12 @@ def crash_and_rerun(workdir, point, extra_vars=None, settle=LEASE_SECONDS + 1):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
+    parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="rollout",
+                        help="rollout (a static layout rolled out, the default) or handoff (a node handed to HAMi "
+                             "and taken back)")
     parser.add_argument("--points", help="comma-separated boundaries (default: all)")
     parser.add_argument("--list", action="store_true", help="print the boundaries and exit")
-    parser.add_argument("-e", "--extra-vars", default="{}", help="JSON variables for both runs")
+    parser.add_argument("-e", "--extra-vars", default="{}", help="JSON variables for every run")
     parser.add_argument("--settle", type=float, default=LEASE_SECONDS + 1,
                         help="seconds between the crash and the re-run (default: the crashed run's lease lapses)")
     parser.add_argument("--json", help="write the results here")
@@ -200,7 +373,7 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="gpuops-crash-") as tmp:
         tmp = Path(tmp)
         (tmp / "list").mkdir()
-        points = boundaries(tmp / "list", extra)
+        points = boundaries(tmp / "list", extra, args.scenario)
         if args.list:
             for n, task, path in points:
                 print("%3d  %-22s %s" % (n, path, task))
@@ -211,7 +384,7 @@ def main(argv=None):
         for n in chosen:
             (tmp / str(n)).mkdir()
             started = time.monotonic()
-            found = crash_and_rerun(tmp / str(n), n, extra, args.settle)
+            found = crash_and_rerun(tmp / str(n), n, extra, args.settle, args.scenario)
             results.append({"point": n, "task": names.get(n, "?"), "whole": not found, "problems": found,
                             "seconds": round(time.monotonic() - started, 1)})
             print("%3d %-5s %-60s %s" % (n, "ok" if not found else "FAIL", names.get(n, "?")[:60], "; ".join(found)),
@@ -219,7 +392,7 @@ def main(argv=None):
     whole = sum(1 for r in results if r["whole"])
     print("crash sweep: %d kill points tried, %d converged, %d not" % (len(results), whole, len(results) - whole))
     if args.json:
-        Path(args.json).write_text(json.dumps({"points": len(points), "results": results}, indent=1))
+        Path(args.json).write_text(json.dumps({"scenario": args.scenario, "points": len(points), "results": results}, indent=1))
     return 0 if whole == len(results) else 1
 
 
