@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The crash sweep: site.yml is killed at every task boundary of the node workflow in turn (the
 controller and every worker and module process it started, as a crashed controller or a killed AWX
-job leaves them), then run again plainly. Two scenarios (--scenario):
+job leaves them), then run again plainly. Three scenarios (--scenario):
 
 rollout (the default): a static layout rolled out. After each re-run the fleet must be whole:
 
@@ -25,12 +25,16 @@ the hand-off record keeping HAMi's entry as it was before the first run, no cord
 record left); then a take-back run (mig_node_dynamic_take_back=true) must give it back whole: HAMi's
 entries exactly as they were, the partitioner's labels and the record gone, the static layout back.
 
+takeback: node-h handed off as above by an uninterrupted run (`handed_off_fleet`), then the take-back
+is killed and run again; the node must come back whole as after the handoff scenario's take-back.
+
     .venv/bin/python tests/crash/sweep.py                 # every boundary (long: about a minute each)
     .venv/bin/python tests/crash/sweep.py --points 5,12   # chosen boundaries
     .venv/bin/python tests/crash/sweep.py --list          # the boundaries, numbered, and exit
     .venv/bin/python tests/crash/sweep.py --scenario handoff
+    .venv/bin/python tests/crash/sweep.py --scenario takeback
 
-tests/integration/test_crash_sweep.py runs a subset of each in CI.
+tests/integration/test_crash_sweep.py runs a subset of the first two in CI.
 """
 
 from __future__ import annotations
@@ -132,6 +136,22 @@ def handoff_fleet(workdir, extra_vars=None):
         if static.returncode != 0 or fleet.devices(HANDOFF_NODE) != HANDOFF_STATIC:
             raise SystemExit("the static layout before the hand-off was not applied:\n" + static.stdout[-6000:])
         api.seed(*hami.manifests(nodeconfig=HAMI_NODECONFIG))
+    except BaseException:
+        api.stop()
+        raise
+    return api, fleet
+
+
+def handed_off_fleet(workdir, extra_vars=None):
+    """The takeback scenario: the handoff scenario's node, handed to HAMi by an uninterrupted run. Returns
+    (api, fleet)."""
+    api, fleet = handoff_fleet(workdir, extra_vars)
+    try:
+        handed = run_site(fleet, run_vars=HANDOFF_VARS)
+        found = handed_off_problems(api, fleet, host_clients(fleet, [HANDOFF_NODE]))
+        if handed.returncode != 0 or found:
+            why = "; ".join(found)
+            raise SystemExit("the hand-off before the take-back failed: %s\n%s" % (why, handed.stdout[-6000:]))
     except BaseException:
         api.stop()
         raise
@@ -314,6 +334,8 @@ SCENARIOS = {
     "rollout": Scenario(rollout_fleet, {}, list(TARGET), problems),
     "handoff": Scenario(handoff_fleet, HANDOFF_VARS, [HANDOFF_NODE], handed_off_problems,
                         TAKE_BACK_VARS, taken_back_problems, "take-back"),
+    # The take-back killed instead, then run again: the node must come back whole.
+    "takeback": Scenario(handed_off_fleet, TAKE_BACK_VARS, [HANDOFF_NODE], taken_back_problems),
 }
 
 
