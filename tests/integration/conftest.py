@@ -1,4 +1,15 @@
-"""Fixtures for tests that need a Kubernetes API: the emulator in tests/support/kubeapi.
+"""Fixtures for tests that need a Kubernetes API.
+
+`cluster` and `cluster_env` are a real control plane (etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler, kwok; tests/support/controlplane), one per pytest
+worker, reset between tests:
+
+    def test_drain(cluster, cluster_env):
+        cluster.seed(seed.node("gpu-1"), seed.pod("web-1", node="gpu-1"))
+        subprocess.run([...ansible-playbook...], env=cluster_env)
+        cluster.wait_for(lambda: cluster.find("Pod", "web-1") is None, "web-1 evicted")
+
+`kube_api` and `kube_env` are the emulator in tests/support/kubeapi, for the tests not moved yet:
 
     def test_drain(kube_api, kube_env):
         kube_api.seed(seed.node("gpu-1"), seed.pod("web-1", node="gpu-1", owner=("ReplicaSet", "web")))
@@ -11,6 +22,8 @@ import sys
 
 import pytest
 
+from tests.support.controlplane.cluster import TestCluster
+from tests.support.controlplane.launcher import ControlPlane
 from tests.support.kubeapi import KubeAPI
 
 BIN = os.path.dirname(sys.executable)  # .venv/bin: helm and kubectl live next to python
@@ -48,3 +61,60 @@ def kube_env(kube_api, tmp_path):
         PATH=BIN + os.pathsep + env.get("PATH", ""),
     )
     return env
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory):
+    """The worker's control plane, started once (about 10 s) and stopped at the end."""
+    plane = ControlPlane(str(tmp_path_factory.mktemp("control-plane")))
+    plane.start()
+    yield plane
+    plane.stop()
+
+
+@pytest.fixture(scope="session")
+def _session_cluster(control_plane):
+    api = TestCluster(control_plane)
+    yield api
+    api.close()
+
+
+@pytest.fixture
+def cluster(_session_cluster):
+    """The real cluster (a TestCluster: kind-based calls, `seed`, `wait_for`, `on`, `requests`);
+    what the test made is deleted afterwards. Fails at teardown if a hook raised."""
+    _session_cluster.reset()
+    yield _session_cluster
+    errors = list(_session_cluster.errors)
+    assert not errors, f"errors in hooks: {errors!r}"
+
+
+@pytest.fixture
+def cluster_env(cluster, tmp_path):
+    """Environment for client subprocesses against the real cluster, as an admin."""
+    return client_env(cluster.kubeconfig, tmp_path)
+
+
+def client_env(kubeconfig, tmp_path):
+    """Environment for kubectl, helm and ansible-playbook (kubernetes.core) with `kubeconfig`,
+    their caches kept inside tmp_path."""
+    scratch = tmp_path / "client-tmp"
+    scratch.mkdir(exist_ok=True)
+    env = dict(os.environ)
+    env.update(
+        KUBECONFIG=str(kubeconfig),
+        K8S_AUTH_KUBECONFIG=str(kubeconfig),
+        KUBECACHEDIR=str(tmp_path / "kube-cache"),
+        HELM_CACHE_HOME=str(tmp_path / "helm" / "cache"),
+        HELM_CONFIG_HOME=str(tmp_path / "helm" / "config"),
+        HELM_DATA_HOME=str(tmp_path / "helm" / "data"),
+        TMPDIR=str(scratch),  # kubernetes.core keeps its discovery cache in the temp dir
+        PATH=os.pathsep.join([os.path.dirname(kubectl_path()), BIN, env.get("PATH", "")]),
+    )
+    return env
+
+
+def kubectl_path():
+    """The kubectl built with the control plane (the venv's is five minors older)."""
+    from tests.support.controlplane.launcher import binaries_dir  # pylint: disable=import-outside-toplevel
+    return os.path.join(binaries_dir(), "kubectl")

@@ -1,0 +1,252 @@
+"""A kind-based client of the test cluster for tests and the NVIDIA stand-ins, over HTTP with the
+`kubernetes` Python client (its DynamicClient, which resolves kinds through discovery).
+
+    api = Client(kubeconfig)
+    api.seed(seed.node("gpu-1"), seed.pod("web-1", node="gpu-1"))   # waits until they are real
+    api.patch("Node", "gpu-1", {"spec": {"unschedulable": True}})
+    api.wait_for(lambda: api.find("Pod", "web-1") is None, "web-1 is gone")
+
+Errors raise ApiError with the server's code, reason and message.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import urllib3
+from kubernetes import config as kube_config
+from kubernetes import dynamic
+from kubernetes.client import api_client
+from kubernetes.dynamic import exceptions as dyn_errors
+
+PATCH_TYPES = {
+    "merge": "application/merge-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+    "json": "application/json-patch+json",
+}
+# Kinds served in several groups: the one a bare kind means here.
+PREFERRED = {"Event": "v1"}
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+class ApiError(Exception):
+    """An answer of the API server that is not a success (code, reason, message as it sent them)."""
+
+    def __init__(self, code: int, reason: str, message: str, details: dict | None = None):
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details
+
+    def status(self) -> dict:
+        return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": self.message,
+                "reason": self.reason, "code": self.code, "details": self.details}
+
+
+def _error(exc: dyn_errors.DynamicApiError) -> ApiError:
+    import json  # pylint: disable=import-outside-toplevel
+    try:
+        body = json.loads(exc.body)
+    except (TypeError, ValueError):
+        body = {}
+    return ApiError(exc.status, body.get("reason", ""), body.get("message", str(exc.body)),
+                    body.get("details"))
+
+
+class Client:
+    """Kind-based calls against one cluster; safe to share between threads."""
+
+    def __init__(self, kubeconfig: str, *, timeout: float = 30.0):
+        self.kubeconfig = kubeconfig
+        self.timeout = timeout
+        configuration = api_client.Configuration()
+        kube_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        configuration.retries = urllib3.Retry(total=3, connect=3, read=0, status=0, backoff_factor=0.2)
+        self.api = api_client.ApiClient(configuration)
+        self.dyn = dynamic.DynamicClient(self.api)
+        self.lock = threading.RLock()  # the stand-ins' critical sections (see standins.py)
+        self.errors: list = []
+
+    # ----- resolution ------------------------------------------------------------------------
+
+    def resource(self, kind: str, api_version: str | None = None):
+        api_version = api_version or PREFERRED.get(kind)
+        for attempt in (0, 1):
+            try:
+                found = self.dyn.resources.search(kind=kind, **({"api_version": api_version}
+                                                                 if api_version else {}))
+                found = [r for r in found if not getattr(r, "base_kind", None)
+                         and "/" not in (r.name or "")]
+                if found:
+                    preferred = [r for r in found if r.preferred] or found
+                    return preferred[0]
+            except dyn_errors.ResourceNotFoundError:
+                pass
+            if attempt == 0:  # a CRD established since the last discovery
+                self.dyn.resources.invalidate_cache()
+        raise ApiError(404, "NotFound", f'no matches for kind "{kind}" in '
+                                        f'{api_version or "any version"}')
+
+    @staticmethod
+    def _ns(res, namespace):
+        return (namespace or "default") if res.namespaced else None
+
+    def _call(self, method, path, body=None, **params):
+        params.setdefault("_request_timeout", self.timeout)
+        try:
+            out = self.dyn.request(method, path, body=body, **params)
+        except dyn_errors.DynamicApiError as exc:
+            raise _error(exc) from None
+        return out.to_dict() if hasattr(out, "to_dict") else out
+
+    def path(self, kind, name=None, namespace=None, subresource=None, api_version=None):
+        res = self.resource(kind, api_version)
+        path = res.path(name=name, namespace=self._ns(res, namespace))
+        return f"{path}/{subresource}" if subresource else path
+
+    # ----- verbs -----------------------------------------------------------------------------
+
+    def create(self, obj: dict) -> dict:
+        meta = obj.get("metadata") or {}
+        return self._call("post", self.path(obj["kind"], namespace=meta.get("namespace"),
+                                             api_version=obj.get("apiVersion")), body=obj)
+
+    def get(self, kind: str, name: str, namespace: str | None = None) -> dict:
+        return self._call("get", self.path(kind, name, namespace))
+
+    def find(self, kind: str, name: str, namespace: str | None = None) -> dict | None:
+        """Like get, but None when the object does not exist."""
+        try:
+            return self.get(kind, name, namespace)
+        except ApiError as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+    def list(self, kind: str, namespace: str | None = None, label_selector: str = "",
+             field_selector: str = "") -> list:
+        """Objects of a kind; namespace None lists every namespace."""
+        res = self.resource(kind)
+        path = res.path(namespace=namespace) if res.namespaced and namespace else res.path()
+        params = {}
+        if label_selector:
+            params["label_selector"] = label_selector
+        if field_selector:
+            params["field_selector"] = field_selector
+        items = self._call("get", path, **params).get("items") or []
+        for item in items:  # a list leaves out each item's kind and apiVersion
+            item.setdefault("kind", kind)
+            item.setdefault("apiVersion", res.group_version)
+        return items
+
+    def patch(self, kind: str, name: str, body, namespace: str | None = None,
+              patch_type: str = "merge", subresource: str | None = None) -> dict:
+        return self._call("patch", self.path(kind, name, namespace, subresource), body=body,
+                          content_type=PATCH_TYPES[patch_type])
+
+    def replace(self, obj: dict) -> dict:
+        meta = obj["metadata"]
+        return self._call("put", self.path(obj["kind"], meta["name"], meta.get("namespace"),
+                                           api_version=obj.get("apiVersion")), body=obj)
+
+    def set_status(self, kind: str, name: str, status: dict, namespace: str | None = None) -> dict:
+        """Replace an object's status through /status, as a controller does; no write when it is
+        already that."""
+        current = self.get(kind, name, namespace)
+        if current.get("status") == status:
+            return current
+        return self.patch(kind, name, [{"op": "add", "path": "/status", "value": status}], namespace,
+                          "json", subresource="status")
+
+    def delete(self, kind: str, name: str, namespace: str | None = None,
+               grace_period: int | None = None) -> dict:
+        params = {} if grace_period is None else {"grace_period_seconds": grace_period}
+        return self._call("delete", self.path(kind, name, namespace), **params)
+
+    def evict(self, name: str, namespace: str = "default") -> dict:
+        body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": name, "namespace": namespace}}
+        return self._call("post", self.path("Pod", name, namespace, "eviction"), body=body)
+
+    # ----- test helpers ----------------------------------------------------------------------
+
+    def ensure_namespace(self, namespace: str) -> None:
+        """Creates a namespace if missing and waits for its default ServiceAccount (the
+        ServiceAccount admission plugin refuses pods until kube-controller-manager made it)."""
+        if self.find("Namespace", namespace) is None:
+            try:
+                self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+            except ApiError as exc:
+                if exc.code != 409:
+                    raise
+        self.wait_for(lambda: self.find("ServiceAccount", "default", namespace) is not None,
+                      f"the default ServiceAccount of namespace {namespace}")
+
+    def seed(self, *objs: dict, wait: bool = True) -> list:
+        """Creates objects (or replaces existing ones, keeping their status), creating missing
+        namespaces first. A status in a manifest is written through /status afterwards (a create
+        drops it). With `wait`, a pod bound to a node is waited for until kwok runs it."""
+        out = []
+        for obj in objs:
+            meta = obj.setdefault("metadata", {})
+            res = self.resource(obj["kind"], obj.get("apiVersion"))
+            if res.namespaced:
+                meta.setdefault("namespace", "default")
+                self.ensure_namespace(meta["namespace"])
+            status = obj.get("status")
+            if obj["kind"] == "Node" and status:
+                # kwok reports the conditions (Ready, heartbeats), as a kubelet would.
+                obj = dict(obj, status={k: v for k, v in status.items() if k != "conditions"})
+                status = None
+            existing = self.find(obj["kind"], meta["name"], meta.get("namespace")) \
+                if meta.get("name") else None
+            if existing is not None:
+                body = dict(obj, metadata=dict(meta, resourceVersion=existing["metadata"]["resourceVersion"]))
+                made = self.replace(body)
+            else:
+                made = self.create(obj)
+            if status and "status" in [s.split("/")[-1] for s in _subresources(res)]:
+                made = self.set_status(obj["kind"], made["metadata"]["name"], status,
+                                       made["metadata"].get("namespace"))
+            out.append(made)
+        if wait:
+            for made in out:
+                if made.get("kind") == "Node":
+                    self.wait_node_ready(made["metadata"]["name"])
+                if made.get("kind") == "Pod" and (made.get("spec") or {}).get("nodeName") \
+                        and not (made.get("status") or {}).get("phase") in ("Running", "Succeeded",
+                                                                            "Failed"):
+                    meta = made["metadata"]
+                    self.wait_for(lambda m=meta: (self.get("Pod", m["name"], m["namespace"])
+                                                  .get("status") or {}).get("phase") == "Running",
+                                  f"pod {meta['namespace']}/{meta['name']} Running")
+        return out
+
+    def wait_node_ready(self, name: str, timeout: float = 30.0) -> dict:
+        """Waits until kwok reports the node Ready and the node lifecycle controller lifted the
+        not-ready taint the API server put on it (TaintNodesByCondition)."""
+        def ready():
+            node = self.get("Node", name)
+            conditions = (node.get("status") or {}).get("conditions") or []
+            taints = (node.get("spec") or {}).get("taints") or []
+            return node if any(c.get("type") == "Ready" and c.get("status") == "True"
+                               for c in conditions) and not any(
+                t.get("key") == "node.kubernetes.io/not-ready" for t in taints) else None
+        return self.wait_for(ready, f"node {name} Ready", timeout)
+
+    def wait_for(self, predicate, what: str, timeout: float = 30.0, interval: float = 0.1):
+        """Polls `predicate` until it is true; fails naming `what` after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+            time.sleep(interval)
+
+
+def _subresources(res) -> list:
+    return list((getattr(res, "subresources", None) or {}).keys())

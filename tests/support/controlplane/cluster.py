@@ -1,0 +1,215 @@
+"""One test cluster as tests see it: the kind-based Client, the audit log as a record of what
+clients asked, watch-driven hooks, and a reset that takes the cluster back to how it started, so
+tests share one control plane per pytest worker without seeing each other.
+
+    cluster = TestCluster(control_plane)     # after control_plane.start()
+    cluster.on("deleted", seen.append, kind="Pod")
+    ...
+    cluster.reset()                          # between tests
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+from kubernetes import watch as kube_watch
+
+from .client import SYSTEM_NAMESPACES, ApiError, Client
+
+EVENTS = ("added", "modified", "deleted")
+# Kinds a reset looks at: everything a test of this collection creates. Cluster-scoped kinds
+# and namespaced ones in the system namespaces are deleted one by one when they were not there
+# at the start; namespaces a test made are deleted whole.
+RESET_KINDS = (
+    "Node", "CustomResourceDefinition", "ResourceSlice", "DeviceClass", "DeviceTaintRule",
+    "ClusterRole", "ClusterRoleBinding", "PriorityClass", "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "Pod", "DaemonSet", "Deployment", "ReplicaSet", "StatefulSet", "Job", "PodDisruptionBudget",
+    "ConfigMap", "Secret", "ServiceAccount", "Service", "Lease", "Event", "ResourceClaim",
+    "ResourceClaimTemplate", "Role", "RoleBinding", "ControllerRevision",
+)
+_ONCE_PER_SESSION = {"ServiceAccount": {"default"}, "ConfigMap": {"kube-root-ca.crt"}}
+
+
+class RequestRecord:
+    """One request from the audit log: verb, path (without the query), query, user, response
+    code, and the HTTP method the verb stands for."""
+    METHOD = {"get": "GET", "list": "GET", "watch": "GET", "create": "POST", "update": "PUT",
+              "patch": "PATCH", "delete": "DELETE", "deletecollection": "DELETE"}
+
+    def __init__(self, entry: dict):
+        uri = entry.get("requestURI", "")
+        self.path, _, self.query = uri.partition("?")
+        self.verb = entry.get("verb", "")
+        self.method = self.METHOD.get(self.verb, self.verb.upper())
+        self.user = (entry.get("user") or {}).get("username", "")
+        self.user_agent = entry.get("userAgent", "")
+        self.code = (entry.get("responseStatus") or {}).get("code")
+        self.resource = entry.get("objectRef") or {}
+
+    def __repr__(self):
+        return f"<{self.method} {self.path} {self.code}>"
+
+
+class TestCluster(Client):
+    """The Client of a started ControlPlane, with hooks, request records and reset."""
+
+    __test__ = False  # not a pytest class
+
+    def __init__(self, control_plane, *, kubeconfig: str | None = None):
+        super().__init__(kubeconfig or control_plane.kubeconfig)
+        self.control_plane = control_plane
+        self._hooks: list = []
+        self._watches: dict = {}
+        self._stopping = threading.Event()
+        self._audit_offset = self._audit_size()
+        self._baseline = self._snapshot()
+
+    # ----- what clients asked ----------------------------------------------------------------
+
+    def _audit_size(self) -> int:
+        try:
+            return os.path.getsize(self.control_plane.audit_log)
+        except OSError:
+            return 0
+
+    @property
+    def requests(self) -> list:
+        """The requests since the last reset, from the API server's audit log (its writes lag
+        the answer by a few milliseconds: read it after the client is done)."""
+        out = []
+        try:
+            with open(self.control_plane.audit_log, "rb") as f:
+                f.seek(self._audit_offset)
+                for line in f:
+                    try:
+                        entry = json.loads(line)
+                    except ValueError:
+                        continue
+                    if entry.get("stage") == "ResponseComplete":
+                        out.append(RequestRecord(entry))
+        except OSError:
+            pass
+        return out
+
+    # ----- hooks -----------------------------------------------------------------------------
+
+    def on(self, event: str, callback, kind: str | None = None):
+        """Calls `callback(Event)` for `added`, `modified` or `deleted` objects of `kind`, from a
+        watch (asynchronously: the change is already stored when the callback runs). Returns a
+        function that removes the hook."""
+        if event not in EVENTS or kind is None:
+            raise ValueError(f"hooks take one of {EVENTS} and a kind, not {event!r}, {kind!r}")
+        hook = (event, kind, callback)
+        self._hooks.append(hook)
+        self._ensure_watch(kind)
+        return lambda: self._hooks.remove(hook) if hook in self._hooks else None
+
+    def _ensure_watch(self, kind: str):
+        if kind in self._watches:
+            return
+        res = self.resource(kind)
+        started = threading.Event()
+        thread = threading.Thread(target=self._watch, args=(kind, res, started), daemon=True,
+                                  name=f"watch-{kind}")
+        self._watches[kind] = thread
+        thread.start()
+        started.wait(10)
+
+    def _watch(self, kind, res, started):
+        version = self._call("get", res.path(), limit=1)["metadata"]["resourceVersion"]
+        started.set()
+        while not self._stopping.is_set():
+            try:
+                stream = kube_watch.Watch().stream(self.dyn.request, "get", res.path(), watch=True,
+                                                   resource_version=version, timeout_seconds=30,
+                                                   serialize=False)
+                for raw in stream:
+                    if self._stopping.is_set():
+                        return
+                    obj = raw["raw_object"] if "raw_object" in raw else raw["object"]
+                    version = (obj.get("metadata") or {}).get("resourceVersion", version)
+                    self._fire(raw["type"].lower(), kind, obj)
+            except Exception:  # pylint: disable=broad-except
+                if self._stopping.is_set():
+                    return
+                time.sleep(0.2)
+                version = self._call("get", res.path(), limit=1)["metadata"]["resourceVersion"]
+
+    def _fire(self, event_type, kind, obj):
+        for event, hook_kind, callback in list(self._hooks):
+            if event == event_type and hook_kind == kind:
+                try:
+                    callback(HookEvent(event_type, kind, obj))
+                except Exception as exc:  # pylint: disable=broad-except
+                    self.errors.append(exc)
+
+    # ----- reset -----------------------------------------------------------------------------
+
+    def _snapshot(self) -> dict:
+        out = {}
+        for kind in RESET_KINDS:
+            try:
+                out[kind] = {(o["metadata"].get("namespace"), o["metadata"]["name"])
+                             for o in self.list(kind)}
+            except ApiError:
+                out[kind] = set()
+        out["Namespace"] = {(None, n["metadata"]["name"]) for n in self.list("Namespace")}
+        return out
+
+    def reset(self) -> None:
+        """Deletes what was made since the cluster started (pods at once, without their grace
+        period), waits until it is gone, and forgets hooks, request records and errors."""
+        self._hooks.clear()
+        self.errors.clear()
+        new_namespaces = [name for _, name in ((None, n["metadata"]["name"]) for n in
+                                               self.list("Namespace"))
+                          if (None, name) not in self._baseline["Namespace"]]
+        for name in new_namespaces:
+            self._quietly(lambda n=name: self.delete("Namespace", n))
+        leftovers = []
+        for kind in RESET_KINDS:
+            try:
+                items = self.list(kind)
+            except ApiError:
+                continue  # a kind whose CRD or API is gone
+            for obj in items:
+                meta = obj["metadata"]
+                key = (meta.get("namespace"), meta["name"])
+                if key in self._baseline.get(kind, ()) or meta.get("namespace") in new_namespaces:
+                    continue
+                if meta.get("namespace") in SYSTEM_NAMESPACES and \
+                        meta["name"] in _ONCE_PER_SESSION.get(kind, ()):
+                    continue
+                if meta.get("finalizers") and kind != "CustomResourceDefinition":
+                    self._quietly(lambda k=kind, m=meta: self.patch(
+                        k, m["name"], {"metadata": {"finalizers": None}}, m.get("namespace")))
+                grace = 0 if kind == "Pod" else None
+                self._quietly(lambda k=kind, m=meta, g=grace: self.delete(
+                    k, m["name"], m.get("namespace"), grace_period=g))
+                leftovers.append((kind, meta.get("namespace"), meta["name"]))
+        self.wait_for(lambda: all(self.find(k, n, ns) is None for k, ns, n in leftovers
+                                  if k != "Event")
+                      and not any(self.find("Namespace", n) for n in new_namespaces),
+                      "the objects of the last test to be deleted", timeout=120, interval=0.25)
+        self._audit_offset = self._audit_size()
+
+    def _quietly(self, call):
+        try:
+            call()
+        except ApiError as exc:
+            if exc.code not in (404, 409):
+                raise
+
+    def close(self):
+        self._stopping.set()
+
+
+class HookEvent:
+    """What a hook receives: the event type, the kind and the object as the watch sent it."""
+
+    def __init__(self, type_, kind, obj):
+        self.type, self.kind, self.obj = type_, kind, obj
