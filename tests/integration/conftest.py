@@ -24,6 +24,7 @@ import pytest
 
 from tests.support.controlplane.cluster import TestCluster
 from tests.support.controlplane.launcher import ControlPlane
+from tests.support.controlplane.standins import StandIns
 from tests.support.kubeapi import KubeAPI
 
 BIN = os.path.dirname(sys.executable)  # .venv/bin: helm and kubectl live next to python
@@ -75,7 +76,10 @@ def control_plane(tmp_path_factory):
 @pytest.fixture(scope="session")
 def _session_cluster(control_plane):
     api = TestCluster(control_plane)
+    stand_ins = StandIns(api).start()
+    api.stand_ins = stand_ins
     yield api
+    stand_ins.stop()
     api.close()
 
 
@@ -84,6 +88,7 @@ def cluster(_session_cluster):
     """The real cluster (a TestCluster: kind-based calls, `seed`, `wait_for`, `on`, `requests`);
     what the test made is deleted afterwards. Fails at teardown if a hook raised."""
     _session_cluster.reset()
+    _session_cluster.stand_ins.reset()
     yield _session_cluster
     errors = list(_session_cluster.errors)
     assert not errors, f"errors in hooks: {errors!r}"
@@ -92,10 +97,10 @@ def cluster(_session_cluster):
 @pytest.fixture
 def cluster_env(cluster, tmp_path):
     """Environment for client subprocesses against the real cluster, as an admin."""
-    return client_env(cluster.kubeconfig, tmp_path)
+    return client_env(cluster.control_plane.kubeconfig, tmp_path, cluster.control_plane.bin_dir)
 
 
-def client_env(kubeconfig, tmp_path):
+def client_env(kubeconfig, tmp_path, bin_dir):
     """Environment for kubectl, helm and ansible-playbook (kubernetes.core) with `kubeconfig`,
     their caches kept inside tmp_path."""
     scratch = tmp_path / "client-tmp"
@@ -109,12 +114,7 @@ def client_env(kubeconfig, tmp_path):
         HELM_CONFIG_HOME=str(tmp_path / "helm" / "config"),
         HELM_DATA_HOME=str(tmp_path / "helm" / "data"),
         TMPDIR=str(scratch),  # kubernetes.core keeps its discovery cache in the temp dir
-        PATH=os.pathsep.join([os.path.dirname(kubectl_path()), BIN, env.get("PATH", "")]),
+        # the kubectl built with the control plane first (the venv's is five minors older)
+        PATH=os.pathsep.join([bin_dir, BIN, env.get("PATH", "")]),
     )
     return env
-
-
-def kubectl_path():
-    """The kubectl built with the control plane (the venv's is five minors older)."""
-    from tests.support.controlplane.launcher import binaries_dir  # pylint: disable=import-outside-toplevel
-    return os.path.join(binaries_dir(), "kubectl")

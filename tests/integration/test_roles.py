@@ -153,11 +153,11 @@ def node_history(kube_api):
 # mig_node
 # --------------------------------------------------------------------------------------------------
 
-def test_node_workflow_end_to_end_then_converged_rerun(kube_api, kube_env, tmp_path):
+def test_node_workflow_end_to_end_then_converged_rerun(cluster, cluster_env, tmp_path):
     """Four nodes in one run: a full rollout with a budget that blocks evictions for a while, a node
     that needs a reboot, a node that fails part-way, and a single-strategy layout refused up front.
     Then a re-run of the two good nodes changes nothing and drains nothing."""
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet = Fleet(tmp_path, cluster, cluster_env)
     operand = {DCGM_EXPORTER: "true", GFD_DEPLOY: "false"}
     # node-a: GPU Operator style (config name from the node label), a host service holding the GPUs,
     # a GPU pod guarded by a budget that refuses the first evictions.
@@ -171,7 +171,7 @@ def test_node_workflow_end_to_end_then_converged_rerun(kube_api, kube_env, tmp_p
     b = fleet.add("node-b", "1xA30-24GB", mig_node_layouts=[{"gpus": "all", "devices": {"2g.12gb": 2}}],
                   mig_node_drain_gpu_pods_only=True)
     sim.set_host(b, passthrough=True)
-    kube_api.patch("Node", "node-b", {"spec": {"unschedulable": True}})
+    cluster.patch("Node", "node-b", {"spec": {"unschedulable": True}})
     # node-c: creating a GPU instance fails (injected NVML fault) after the clients were paused.
     c = fleet.add("node-c", "1xH100-SXM5-80GB", node_labels=operand, mig_node_persist=False,
                   mig_node_layouts=[{"gpus": "all", "devices": {"3g.40gb": 2}}])
@@ -191,7 +191,7 @@ def test_node_workflow_end_to_end_then_converged_rerun(kube_api, kube_env, tmp_p
                   mig_node_reboot_command="/bin/true", mig_node_reboot_timeout=5)
     sim.set_host(h, passthrough=True, add_clients=["nvidia-dcgm"])
 
-    kube_api.seed(
+    cluster.seed(
         *device_plugin_daemonsets(),
         seed.daemonset("dcgm-exporter", namespace="gpu-operator", labels={"app": "nvidia-dcgm-exporter"},
                        node_selector={DCGM_EXPORTER: "true"}),
@@ -203,21 +203,22 @@ def test_node_workflow_end_to_end_then_converged_rerun(kube_api, kube_env, tmp_p
     )
     refusals = []
 
-    def budget(event):  # let the eviction through after two refusals
+    def budget(event):  # let the eviction through after two refusals (429s in the audit log)
         refusals.append(event.obj["metadata"]["name"])
         if len(refusals) == 2:
-            status = {"disruptionsAllowed": 1, "currentHealthy": 1, "desiredHealthy": 0, "expectedPods": 1}
-            kube_api.set_status("PodDisruptionBudget", "train", status, "ml")
-    kube_api.on("eviction-refused", budget)
-    history = node_history(kube_api)
+            cluster.patch("PodDisruptionBudget", "train", {"spec": {"maxUnavailable": 1}}, "ml")
+    cluster.on("eviction-refused", budget)
+    history = node_history(cluster)
     smoke = []
 
-    def run_smoke(event):  # the kubelet stand-in: each smoke workload succeeds at once
-        if "gpuops.mig/smoke-test" in (event.obj["metadata"].get("labels") or {}):
+    def run_smoke(event):  # each smoke workload succeeds once kwok started it
+        if "gpuops.mig/smoke-test" in (event.obj["metadata"].get("labels") or {}) \
+                and event.obj["status"].get("phase") == "Running":
             limits = event.obj["spec"]["containers"][0]["resources"]["limits"]
             smoke.append(dict((k, str(v)) for k, v in limits.items()))
-            kube_api.set_status("Pod", event.obj["metadata"]["name"], {"phase": "Succeeded"}, "default")
-    kube_api.on("added", run_smoke, kind="Pod")
+            cluster.set_status("Pod", event.obj["metadata"]["name"],
+                               dict(event.obj["status"], phase="Succeeded"), "default")
+    cluster.on("modified", run_smoke, kind="Pod")
 
     # Survey answers arrive as strings.
     awx = {"mig_node_pause_operands": "true", "mig_node_drain_timeout": "60", "mig_node_drain_retry_delay": "1",
@@ -232,21 +233,21 @@ def test_node_workflow_end_to_end_then_converged_rerun(kube_api, kube_env, tmp_p
     balanced = {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}
     assert fleet.devices("node-a") == {0: balanced, 1: balanced}
     assert refusals == ["train-0", "train-0"]
-    assert kube_api.find("Pod", "train-0", "ml") is None
-    assert any(r.method == "POST" and r.path.endswith("/pods/train-0/eviction") for r in kube_api.requests)
+    assert cluster.find("Pod", "train-0", "ml") is None
+    assert any(r.method == "POST" and r.path.endswith("/pods/train-0/eviction") for r in cluster.requests)
     assert history["node-a"][0] == ("pending", True, "true")              # pending and cordoned at once
     assert ("pending", True, "paused-for-mig-change") in history["node-a"]  # operands paused
     assert history["node-a"][-1] == ("success", False, "true")             # restored, done, uncordoned
-    node = kube_api.get("Node", "node-a")
+    node = cluster.get("Node", "node-a")
     assert node["metadata"]["labels"][GFD_DEPLOY] == "false"              # "false" is left alone
     assert "gpuops.mig/cordoned" not in (node["metadata"].get("annotations") or {})
     assert node["status"]["allocatable"]["nvidia.com/mig-1g.5gb"] == "4"
     assert node["status"]["allocatable"]["nvidia.com/mig-3g.20gb"] == "2"
     assert sim.load_state(a)["host"]["clients"] == ["nvidia-dcgm"]        # stopped for the reset, back again
-    assert kube_api.list("Pod", "gpu-operator", field_selector="spec.nodeName=node-a")  # operand is back
+    assert cluster.list("Pod", "gpu-operator", field_selector="spec.nodeName=node-a")  # operand is back
     assert sorted(smoke, key=str) == [{"nvidia.com/mig-1g.5gb": "1"}, {"nvidia.com/mig-2g.10gb": "1"},
                                       {"nvidia.com/mig-3g.20gb": "1"}]
-    assert kube_api.list("Pod", "default", label_selector="gpuops.mig/smoke-test") == []
+    assert cluster.list("Pod", "default", label_selector="gpuops.mig/smoke-test") == []
     desired = json.loads((fleet.dir / "node-a" / "etc" / "gpuops-mig" / "desired.json").read_text())
     assert desired["config_name"] == "all-balanced" and "mig-configs" in desired["config"]
 
@@ -257,11 +258,11 @@ def test_node_workflow_end_to_end_then_converged_rerun(kube_api, kube_env, tmp_p
                                  ("success", True, None)]
     boot_log = open(b + ".boot.log").read()
     assert "gpuops-mig-restore.service: exit 0" in boot_log and "2g.12gb x2 (created)" in boot_log
-    assert kube_api.find("Pod", "infer-0") is None and kube_api.find("Pod", "web-0")  # GPU pods only
-    assert kube_api.get("Node", "node-b")["spec"]["unschedulable"] is True       # not ours to uncordon
+    assert cluster.find("Pod", "infer-0") is None and cluster.find("Pod", "web-0")  # GPU pods only
+    assert cluster.get("Node", "node-b")["spec"]["unschedulable"] is True       # not ours to uncordon
 
     # node-c: failed part-way: clients restored, state failed, still cordoned, the reason shown.
-    node = kube_api.get("Node", "node-c")
+    node = cluster.get("Node", "node-c")
     assert node["metadata"]["labels"][STATE] == "failed"
     assert node["metadata"]["labels"][DCGM_EXPORTER] == "true"
     assert node["spec"]["unschedulable"] is True
@@ -283,7 +284,7 @@ def test_node_workflow_end_to_end_then_converged_rerun(kube_api, kube_env, tmp_p
 
     # node-h: gave up after the reboot timeout; the operands are unpaused through the API, but the
     # host services are not started on a host that is down, and the message says so.
-    node = kube_api.get("Node", "node-h")
+    node = cluster.get("Node", "node-h")
     assert node["metadata"]["labels"][STATE] == "failed" and node["spec"]["unschedulable"] is True
     assert node["metadata"]["labels"][DCGM_EXPORTER] == "true"
     assert sim.load_state(h)["host"]["clients"] == []
@@ -293,12 +294,12 @@ def test_node_workflow_end_to_end_then_converged_rerun(kube_api, kube_env, tmp_p
         out.split("MIG reconfiguration of node-h")[1].split("\n")[0]
 
     # The converged nodes again: nothing changes, nothing is drained or patched.
-    seen = len(kube_api.requests)
+    seen = len(cluster.requests)
     digests = {name: fleet.digest(name) for name in ("node-a", "node-b")}
     again = fleet.run("tests/integration/playbooks/mig_node.yml", awx, limit="node-a,node-b")
     assert again.recap["node-a"] == dict(again.recap["node-a"], changed=0, failed=0), output(again)
     assert again.recap["node-b"] == dict(again.recap["node-b"], changed=0, failed=0), output(again)
-    writes = [r for r in kube_api.requests[seen:] if r.method in ("POST", "PATCH", "PUT", "DELETE")]
+    writes = [r for r in cluster.requests[seen:] if r.method in ("POST", "PATCH", "PUT", "DELETE")]
     assert writes == []
     assert {name: fleet.digest(name) for name in digests} == digests
 

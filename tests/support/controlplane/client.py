@@ -16,8 +16,8 @@ import time
 
 import urllib3
 from kubernetes import config as kube_config
-from kubernetes import dynamic
 from kubernetes.client import api_client
+from kubernetes.dynamic import client as dynamic_client
 from kubernetes.dynamic import exceptions as dyn_errors
 
 PATCH_TYPES = {
@@ -65,29 +65,55 @@ class Client:
         kube_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
         configuration.retries = urllib3.Retry(total=3, connect=3, read=0, status=0, backoff_factor=0.2)
         self.api = api_client.ApiClient(configuration)
-        self.dyn = dynamic.DynamicClient(self.api)
+        self.dyn = _Requests(self.api)
+        self._discovery_lock = threading.Lock()
+        self._kinds: dict | None = None
         self.lock = threading.RLock()  # the stand-ins' critical sections (see standins.py)
         self.errors: list = []
 
     # ----- resolution ------------------------------------------------------------------------
 
-    def resource(self, kind: str, api_version: str | None = None):
+    def resource(self, kind: str, api_version: str | None = None) -> "Resource":
+        """The resource that serves `kind` (in `api_version`, else the preferred version of the
+        first group that has it, core first), from discovery; looks again once for a kind that a
+        new CRD may have added."""
         api_version = api_version or PREFERRED.get(kind)
         for attempt in (0, 1):
-            try:
-                found = self.dyn.resources.search(kind=kind, **({"api_version": api_version}
-                                                                 if api_version else {}))
-                found = [r for r in found if not getattr(r, "base_kind", None)
-                         and "/" not in (r.name or "")]
-                if found:
-                    preferred = [r for r in found if r.preferred] or found
-                    return preferred[0]
-            except dyn_errors.ResourceNotFoundError:
-                pass
-            if attempt == 0:  # a CRD established since the last discovery
-                self.dyn.resources.invalidate_cache()
+            with self._discovery_lock:
+                if attempt or self._kinds is None:
+                    self._kinds = self._discover()
+                found = self._kinds.get((kind, api_version)) or (
+                    None if api_version else self._kinds.get((kind, None)))
+            if found is not None:
+                return found
         raise ApiError(404, "NotFound", f'no matches for kind "{kind}" in '
                                         f'{api_version or "any version"}')
+
+    def _discover(self) -> dict:
+        out: dict = {}
+        versions = [("", "v1", "/api/v1")]
+        for group in self._call("get", "/apis").get("groups") or []:
+            preferred = (group.get("preferredVersion") or {}).get("version")
+            ordered = sorted(group.get("versions") or [], key=lambda v: v["version"] != preferred)
+            versions += [(group["name"], v["version"], f"/apis/{v['groupVersion']}") for v in ordered]
+        for group, version, path in versions:
+            try:
+                listed = self._call("get", path).get("resources") or []
+            except ApiError:
+                continue  # a group version going away (a CRD deleted) while we look
+            subresources: dict = {}
+            for item in listed:
+                if "/" in item["name"]:
+                    plural, sub = item["name"].split("/", 1)
+                    subresources.setdefault(plural, set()).add(sub)
+            for item in listed:
+                if "/" in item["name"]:
+                    continue
+                res = Resource(item["kind"], group, version, item["name"], item["namespaced"],
+                               frozenset(subresources.get(item["name"], ())))
+                out.setdefault((item["kind"], res.group_version), res)
+                out.setdefault((item["kind"], None), res)  # the first group wins a bare kind
+        return out
 
     @staticmethod
     def _ns(res, namespace):
@@ -185,32 +211,35 @@ class Client:
                       f"the default ServiceAccount of namespace {namespace}")
 
     def seed(self, *objs: dict, wait: bool = True) -> list:
-        """Creates objects (or replaces existing ones, keeping their status), creating missing
-        namespaces first. A status in a manifest is written through /status afterwards (a create
-        drops it). With `wait`, a pod bound to a node is waited for until kwok runs it."""
+        """Creates objects (or replaces existing ones), creating missing namespaces first. What a
+        create drops is put right as a real cluster would have it:
+
+        - a status in a manifest is written through /status afterwards; a Node's conditions are
+          left to kwok (Ready, heartbeats), and the node is waited for until it is schedulable;
+        - a pod owned by a ReplicaSet that tests.support.kubeapi.seed only named (uid
+          `seed-replicaset-NAME`) gets a real ReplicaSet, scaled to the pods that name it, so
+          the garbage collector keeps them and an evicted pod is replaced, as in a cluster;
+        - a scripted PodDisruptionBudget (status.disruptionsAllowed, neither minAvailable nor
+          maxUnavailable) becomes `maxUnavailable: N`, which the disruption controller turns
+          into the same budget while the owners are healthy.
+
+        With `wait`, a pod bound to a node is waited for until kwok runs it."""
+        objs = [_scripted_budget(o) for o in objs]
+        owners = _seeded_owners(objs)
         out = []
         for obj in objs:
-            meta = obj.setdefault("metadata", {})
-            res = self.resource(obj["kind"], obj.get("apiVersion"))
-            if res.namespaced:
-                meta.setdefault("namespace", "default")
-                self.ensure_namespace(meta["namespace"])
-            status = obj.get("status")
-            if obj["kind"] == "Node" and status:
-                # kwok reports the conditions (Ready, heartbeats), as a kubelet would.
-                obj = dict(obj, status={k: v for k, v in status.items() if k != "conditions"})
-                status = None
-            existing = self.find(obj["kind"], meta["name"], meta.get("namespace")) \
-                if meta.get("name") else None
-            if existing is not None:
-                body = dict(obj, metadata=dict(meta, resourceVersion=existing["metadata"]["resourceVersion"]))
-                made = self.replace(body)
-            else:
-                made = self.create(obj)
-            if status and "status" in [s.split("/")[-1] for s in _subresources(res)]:
-                made = self.set_status(obj["kind"], made["metadata"]["name"], status,
-                                       made["metadata"].get("namespace"))
-            out.append(made)
+            ref = _seeded_owner_ref(obj)
+            if ref is not None:  # made an orphan now; its ReplicaSet adopts it below
+                obj = _labelled_for(obj, ref["name"])
+            out.append(self._seed_one(obj))
+        for (namespace, name), pods in owners.items():
+            self._seed_one(_replica_set(namespace, name, pods))
+        if owners and wait:
+            for made in out:
+                if made.get("kind") == "Pod" and SEEDED_OWNER in made["metadata"].get("labels", {}):
+                    meta = made["metadata"]
+                    self.wait_for(lambda m=meta: self.get("Pod", m["name"], m["namespace"])[
+                        "metadata"].get("ownerReferences"), f"pod {meta['name']} adopted")
         if wait:
             for made in out:
                 if made.get("kind") == "Node":
@@ -223,6 +252,29 @@ class Client:
                                                   .get("status") or {}).get("phase") == "Running",
                                   f"pod {meta['namespace']}/{meta['name']} Running")
         return out
+
+    def _seed_one(self, obj: dict) -> dict:
+        meta = obj.setdefault("metadata", {})
+        res = self.resource(obj["kind"], obj.get("apiVersion"))
+        if res.namespaced:
+            meta.setdefault("namespace", "default")
+            self.ensure_namespace(meta["namespace"])
+        status = obj.get("status")
+        if obj["kind"] == "Node" and status:
+            # kwok reports the conditions (Ready, heartbeats), as a kubelet would.
+            obj = dict(obj, status={k: v for k, v in status.items() if k != "conditions"})
+            status = None
+        existing = self.find(obj["kind"], meta["name"], meta.get("namespace")) \
+            if meta.get("name") else None
+        if existing is not None:
+            made = self.replace(dict(obj, metadata=dict(
+                meta, resourceVersion=existing["metadata"]["resourceVersion"])))
+        else:
+            made = self.create(obj)
+        if status and "status" in _subresources(res):
+            made = self.set_status(obj["kind"], made["metadata"]["name"], status,
+                                   made["metadata"].get("namespace"))
+        return made
 
     def wait_node_ready(self, name: str, timeout: float = 30.0) -> dict:
         """Waits until kwok reports the node Ready and the node lifecycle controller lifted the
@@ -248,5 +300,82 @@ class Client:
             time.sleep(interval)
 
 
+SEEDED_OWNER = "gpuops-test/owner"
+
+
+def _seeded_owner_ref(obj: dict) -> dict | None:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == "ReplicaSet" and str(ref.get("uid", "")).startswith("seed-"):
+            return ref
+    return None
+
+
+def _seeded_owners(objs) -> dict:
+    out: dict = {}
+    for obj in objs:
+        ref = _seeded_owner_ref(obj)
+        if obj.get("kind") == "Pod" and ref is not None:
+            key = ((obj.get("metadata") or {}).get("namespace") or "default", ref["name"])
+            out.setdefault(key, []).append(obj)
+    return out
+
+
+def _replica_set(namespace: str, name: str, pods: list) -> dict:
+    """A ReplicaSet of as many replicas as `pods`, made after them: it adopts them (they match
+    its selector and have no controller) instead of making its own."""
+    pod = pods[0]
+    labels = dict((pod["metadata"].get("labels") or {}), **{SEEDED_OWNER: name})
+    spec = {k: v for k, v in pod["spec"].items() if k != "nodeName"}
+    return {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"replicas": len(pods), "selector": {"matchLabels": {SEEDED_OWNER: name}},
+                     "template": {"metadata": {"labels": labels}, "spec": spec}}}
+
+
+def _labelled_for(pod: dict, owner: str) -> dict:
+    meta = dict(pod["metadata"])
+    meta["labels"] = dict(meta.get("labels") or {}, **{SEEDED_OWNER: owner})
+    meta.pop("ownerReferences", None)
+    return dict(pod, metadata=meta)
+
+
+def _scripted_budget(obj: dict) -> dict:
+    spec = obj.get("spec") or {}
+    if obj.get("kind") != "PodDisruptionBudget" or "minAvailable" in spec \
+            or "maxUnavailable" in spec or "disruptionsAllowed" not in (obj.get("status") or {}):
+        return obj
+    allowed = obj["status"]["disruptionsAllowed"]
+    return {k: v for k, v in dict(obj, spec=dict(spec, maxUnavailable=allowed)).items()
+            if k != "status"}
+
+
+class Resource:
+    """One API resource: where a kind is served and how."""
+
+    def __init__(self, kind, group, version, plural, namespaced, subresources):
+        self.kind, self.group, self.version = kind, group, version
+        self.plural, self.namespaced, self.subresources = plural, namespaced, subresources
+
+    @property
+    def group_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, name: str | None = None, namespace: str | None = None) -> str:
+        base = f"/apis/{self.group_version}" if self.group else "/api/v1"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        return f"{base}/{name}" if name else base
+
+
+class _Requests(dynamic_client.DynamicClient):
+    """The DynamicClient's request() and watch plumbing, without its discovery (which is not
+    safe to share between threads): Client resolves kinds itself."""
+
+    def __init__(self, client):  # pylint: disable=super-init-not-called
+        self.client = client
+        self.configuration = client.configuration
+
+
 def _subresources(res) -> list:
-    return list((getattr(res, "subresources", None) or {}).keys())
+    return list(res.subresources)

@@ -18,8 +18,13 @@ import time
 from kubernetes import watch as kube_watch
 
 from .client import SYSTEM_NAMESPACES, ApiError, Client
+from .pki import CLIENTS
+
+HARNESS_USER = CLIENTS["harness"]
 
 EVENTS = ("added", "modified", "deleted")
+# Answers to pods/eviction, read from the audit log: the real server has no event for them.
+EVICTION_EVENTS = {"evicted": 201, "eviction-refused": 429}
 # Kinds a reset looks at: everything a test of this collection creates. Cluster-scoped kinds
 # and namespaced ones in the system namespaces are deleted one by one when they were not there
 # at the start; namespaces a test made are deleted whole.
@@ -60,7 +65,7 @@ class TestCluster(Client):
     __test__ = False  # not a pytest class
 
     def __init__(self, control_plane, *, kubeconfig: str | None = None):
-        super().__init__(kubeconfig or control_plane.kubeconfig)
+        super().__init__(kubeconfig or control_plane.harness_kubeconfig)
         self.control_plane = control_plane
         self._hooks: list = []
         self._watches: dict = {}
@@ -78,8 +83,8 @@ class TestCluster(Client):
 
     @property
     def requests(self) -> list:
-        """The requests since the last reset, from the API server's audit log (its writes lag
-        the answer by a few milliseconds: read it after the client is done)."""
+        """The requests of the clients under test (not the harness's own) since the last reset,
+        from the API server's audit log (written a few milliseconds after the answer)."""
         out = []
         try:
             with open(self.control_plane.audit_log, "rb") as f:
@@ -89,7 +94,8 @@ class TestCluster(Client):
                         entry = json.loads(line)
                     except ValueError:
                         continue
-                    if entry.get("stage") == "ResponseComplete":
+                    if entry.get("stage") == "ResponseComplete" and \
+                            (entry.get("user") or {}).get("username") != HARNESS_USER:
                         out.append(RequestRecord(entry))
         except OSError:
             pass
@@ -101,11 +107,16 @@ class TestCluster(Client):
         """Calls `callback(Event)` for `added`, `modified` or `deleted` objects of `kind`, from a
         watch (asynchronously: the change is already stored when the callback runs). Returns a
         function that removes the hook."""
-        if event not in EVENTS or kind is None:
-            raise ValueError(f"hooks take one of {EVENTS} and a kind, not {event!r}, {kind!r}")
+        if event in EVICTION_EVENTS:
+            kind = "Pod"
+            self._ensure_audit_follower()
+        elif event not in EVENTS or kind is None:
+            raise ValueError(f"hooks take one of {EVENTS} and a kind, or one of "
+                             f"{tuple(EVICTION_EVENTS)}; not {event!r}, {kind!r}")
+        else:
+            self._ensure_watch(kind)
         hook = (event, kind, callback)
         self._hooks.append(hook)
-        self._ensure_watch(kind)
         return lambda: self._hooks.remove(hook) if hook in self._hooks else None
 
     def _ensure_watch(self, kind: str):
@@ -138,6 +149,36 @@ class TestCluster(Client):
                     return
                 time.sleep(0.2)
                 version = self._call("get", res.path(), limit=1)["metadata"]["resourceVersion"]
+
+    def _ensure_audit_follower(self):
+        if "audit" in self._watches:
+            return
+        thread = threading.Thread(target=self._follow_audit, args=(self._audit_size(),),
+                                  daemon=True, name="audit-follower")
+        self._watches["audit"] = thread
+        thread.start()
+
+    def _follow_audit(self, offset):
+        codes = {code: event for event, code in EVICTION_EVENTS.items()}
+        while not self._stopping.is_set():
+            try:
+                with open(self.control_plane.audit_log, "rb") as f:
+                    f.seek(offset)
+                    for line in f:
+                        if not line.endswith(b"\n"):
+                            break
+                        offset += len(line)
+                        record = RequestRecord(json.loads(line))
+                        ref = record.resource
+                        if ref.get("subresource") == "eviction" and record.verb == "create" \
+                                and record.code in codes:
+                            pod = self.find("Pod", ref.get("name"), ref.get("namespace")) or {
+                                "metadata": {"name": ref.get("name"),
+                                             "namespace": ref.get("namespace")}}
+                            self._fire(codes[record.code], "Pod", pod)
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.05)
 
     def _fire(self, event_type, kind, obj):
         for event, hook_kind, callback in list(self._hooks):

@@ -35,14 +35,16 @@ MODULES = os.path.dirname(os.path.abspath(__file__))
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok")
 START_TIMEOUT = 90.0  # seconds; a cold start on 2 loaded cores takes about 10
 
-# kube-controller-manager's controllers, beyond the defaults it starts with `*`: none is off.
-# The node lifecycle controller is what lifts node.kubernetes.io/not-ready once kwok reports
-# the node Ready, and taints a cordoned node node.kubernetes.io/unschedulable.
+# kwok's stages: nodes Ready with lease heartbeats, bound pods Running, a pod with a
+# deletionTimestamp removed (the end of graceful deletion). Not pod-complete, which ends every
+# Job's pod at once: the tests' pods run until they say otherwise.
+KWOK_STAGES = ("node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-delete")
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
     "rules": [
         # The controllers' own traffic (leases, heartbeats, their list/watch) is noise to a test.
-        {"level": "None", "users": ["system:kube-scheduler", "system:kube-controller-manager"]},
+        {"level": "None", "users": ["system:kube-scheduler", "system:kube-controller-manager",
+                                    "kwok"]},
         {"level": "None", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}],
          "namespaces": ["kube-node-lease", "kube-system"]},
         {"level": "None", "verbs": ["watch"]},
@@ -116,7 +118,8 @@ class ControlPlane:
         self.node_monitor_period = node_monitor_period
         self.versions = pinned_versions()
         self.procs: list = []  # (name, Popen, log path), in start order
-        self.kubeconfig = os.path.join(self.workdir, "admin.kubeconfig")
+        self.kubeconfig = os.path.join(self.workdir, "admin.kubeconfig")  # what tests run as
+        self.harness_kubeconfig = os.path.join(self.workdir, "harness.kubeconfig")
         self.audit_log = os.path.join(self.workdir, "audit.log")
         self.timings: dict = {}
         self.pki: dict = {}
@@ -187,8 +190,10 @@ class ControlPlane:
             raise ControlPlaneError(f"etcd's data directory under {self.workdir} is unusable: {exc}") \
                 from None
         self.pki = pki.write(os.path.join(self.workdir, "pki"))
-        self._write_kubeconfig(self.kubeconfig, {"client-certificate": self.pki["admin.crt"],
-                                                 "client-key": self.pki["admin.key"]})
+        for client in pki.CLIENTS:
+            self._write_kubeconfig(self._kubeconfig_of(client), {
+                "client-certificate": self.pki[f"{client}.crt"],
+                "client-key": self.pki[f"{client}.key"]}, client)
         with open(os.path.join(self.workdir, "audit-policy.yaml"), "w", encoding="utf-8") as f:
             yaml.safe_dump(AUDIT_POLICY, f)
 
@@ -279,12 +284,20 @@ class ControlPlane:
             f"--cert-dir={self.workdir}/pki"])
         self._wait("kube-apiserver", proc, lambda: self._https(port, "/readyz") == 200)
 
+    def _kubeconfig_of(self, client: str) -> str:
+        return os.path.join(self.workdir, f"{client}.kubeconfig")
+
     def _start_controllers(self):
-        kc = self.kubeconfig
-        common = [f"--kubeconfig={kc}", "--leader-elect=false", "--bind-address=127.0.0.1",
-                  f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}"]
+        def common(client):
+            kc = self._kubeconfig_of(client)
+            return [f"--kubeconfig={kc}", "--leader-elect=false", "--bind-address=127.0.0.1",
+                    f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}"]
         kcm = self._spawn("kube-controller-manager", [
-            "kube-controller-manager", *common, f"--secure-port={self.ports['controller-manager']}",
+            "kube-controller-manager", *common("controller-manager"),
+            f"--secure-port={self.ports['controller-manager']}",
+            # every default controller: disruption, garbage collector, namespace, ReplicaSet,
+            # Deployment, DaemonSet, Job, ResourceClaim, device-taint eviction, and node lifecycle
+            # (it lifts node.kubernetes.io/not-ready once kwok reports the node Ready)
             "--controllers=*", "--use-service-account-credentials=false",
             f"--service-account-private-key-file={self.pki['sa.key']}",
             f"--root-ca-file={self.pki['ca.crt']}",
@@ -292,9 +305,9 @@ class ControlPlane:
             f"--cluster-signing-key-file={self.pki['ca.key']}",
             f"--node-monitor-period={self.node_monitor_period}", "--concurrent-gc-syncs=5"])
         sched = self._spawn("kube-scheduler", [
-            "kube-scheduler", *common, f"--secure-port={self.ports['scheduler']}"])
+            "kube-scheduler", *common("scheduler"), f"--secure-port={self.ports['scheduler']}"])
         kwok = self._spawn("kwok", [
-            "kwok", f"--kubeconfig={kc}", "--manage-all-nodes=true", f"--config={self._stages()}",
+            "kwok", f"--kubeconfig={self._kubeconfig_of('kwok')}", "--manage-all-nodes=true", f"--config={self._stages()}",
             f"--server-address=127.0.0.1:{self.ports['kwok']}", "--node-lease-duration-seconds=40",
             "--cidr=10.244.0.0/16", "--node-ip=10.255.0.1"])
         self._wait("kube-controller-manager", kcm,
@@ -304,14 +317,24 @@ class ControlPlane:
             f"http://127.0.0.1:{self.ports['kwok']}/healthz", timeout=2).status == 200)
 
     def _stages(self) -> str:
+        """kwok's stages this cluster runs, written into the work directory."""
         path = os.path.join(self.bin_dir, "kwok-stages.yaml")
-        if os.path.exists(path):
-            return path
-        run = subprocess.run(["bash", BUILD_SCRIPT, "--stages"], capture_output=True, text=True,
-                             check=False)
-        if run.returncode:
-            raise ControlPlaneError("kwok's stage file could not be written:" + _tail_text(run.stderr))
-        return run.stdout.strip()
+        if not os.path.exists(path):
+            run = subprocess.run(["bash", BUILD_SCRIPT, "--stages"], capture_output=True, text=True,
+                                 check=False)
+            if run.returncode:
+                raise ControlPlaneError("kwok's stage file could not be written:" +
+                                        _tail_text(run.stderr))
+            path = run.stdout.strip()
+        with open(path, encoding="utf-8") as f:
+            stages = {d["metadata"]["name"]: d for d in yaml.safe_load_all(f) if d}
+        missing = [name for name in KWOK_STAGES if name not in stages]
+        if missing:
+            raise ControlPlaneError(f"kwok's stage file {path} lacks {', '.join(missing)}")
+        out = os.path.join(self.workdir, "kwok-stages.yaml")
+        with open(out, "w", encoding="utf-8") as f:
+            yaml.safe_dump_all([stages[name] for name in KWOK_STAGES], f)
+        return out
 
     # ----- clients ---------------------------------------------------------------------------
 

@@ -1,6 +1,11 @@
-"""The test cluster's certificates: one CA, the API server's serving pair, an admin client
-certificate (group system:masters) and the service-account signing key, as kubeadm lays them
-out (`ca.crt`, `apiserver.crt`, `admin.crt`, `sa.key`, `sa.pub`)."""
+"""The test cluster's certificates: one CA, the API server's serving pair, client certificates
+and the service-account signing key, named as kubeadm names them (`ca.crt`, `apiserver.crt`,
+`sa.key`, `sa.pub`).
+
+Each client has its own user name, so the audit log tells them apart: `admin` is what the
+collection runs as when a test gives it full access, `harness` the test's own calls and the
+NVIDIA stand-ins, then kwok, kube-controller-manager and kube-scheduler. All are in
+system:masters (the test cluster's own parts are not under test)."""
 
 from __future__ import annotations
 
@@ -14,6 +19,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 DAY = datetime.timedelta(days=1)
+CLIENTS = {"admin": "gpuops-mig-test-admin", "harness": "gpuops-mig-test-harness",
+           "kwok": "kwok", "controller-manager": "system:kube-controller-manager",
+           "scheduler": "system:kube-scheduler"}
 
 
 def _key():
@@ -55,8 +63,7 @@ def write(directory: str) -> dict:
     """Writes the files into `directory`; returns their paths by name."""
     os.makedirs(directory, exist_ok=True)
     paths = {name: os.path.join(directory, name) for name in (
-        "ca.crt", "ca.key", "apiserver.crt", "apiserver.key", "admin.crt", "admin.key",
-        "sa.key", "sa.pub")}
+        "ca.crt", "ca.key", "apiserver.crt", "apiserver.key", "sa.key", "sa.pub")}
     ca_key = _key()
     ca_name = _name("gpuops-mig-test-ca")
     ca = _sign(ca_name, ca_key, ca_name, ca_key, ca=True)
@@ -71,10 +78,13 @@ def write(directory: str) -> dict:
     _write_cert(paths["apiserver.crt"], _sign(_name("kube-apiserver"), serving_key, ca_name, ca_key,
                                               usage=ExtendedKeyUsageOID.SERVER_AUTH, sans=sans))
 
-    admin_key = _key()
-    _write_key(paths["admin.key"], admin_key)
-    _write_cert(paths["admin.crt"], _sign(_name("gpuops-mig-test-admin", "system:masters"), admin_key,
-                                          ca_name, ca_key, usage=ExtendedKeyUsageOID.CLIENT_AUTH))
+    for client, user in CLIENTS.items():
+        key = _key()
+        paths[f"{client}.key"] = os.path.join(directory, f"{client}.key")
+        paths[f"{client}.crt"] = os.path.join(directory, f"{client}.crt")
+        _write_key(paths[f"{client}.key"], key)
+        _write_cert(paths[f"{client}.crt"], _sign(_name(user, "system:masters"), key, ca_name,
+                                                  ca_key, usage=ExtendedKeyUsageOID.CLIENT_AUTH))
 
     sa_key = _key()
     _write_key(paths["sa.key"], sa_key)

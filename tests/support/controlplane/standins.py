@@ -247,6 +247,13 @@ class StandIns:
                     log.exception("stand-in %s failed", reconcile.__module__)
                     self.client.errors.append(exc)
 
+    def reset(self):
+        """Forgets what the stand-ins remember (books, published plugins, mig-manager runs):
+        their module-level state is keyed by the view, so a new view starts afresh."""
+        with self._pass_lock, self.client.lock:
+            self.view = View(self.client, self.informers)
+            self.view.host = self
+
     def stop(self):
         self._stopping.set()
         self._changed.set()
