@@ -11,8 +11,8 @@ from test_roles import Fleet, output
 pytestmark = pytest.mark.playbook
 
 
-def test_a_rollout_an_operator_can_follow(kube_api, kube_env, tmp_path):
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+def test_a_rollout_an_operator_can_follow(cluster, cluster_env, tmp_path):
+    fleet = Fleet(tmp_path, cluster, cluster_env)
     fleet.env["ANSIBLE_STDOUT_CALLBACK"] = "gpuops.mig.rollout"
     fleet.add("node-1", "1xA30-24GB", mig_node_layouts=[{"gpus": "all", "devices": {"2g.12gb": 2}}])
     bad = fleet.add("node-2", "1xA30-24GB", mig_node_layouts=[{"gpus": "all", "devices": {"1g.6gb": 4}}])

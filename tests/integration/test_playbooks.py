@@ -12,8 +12,8 @@ from tests.support.kubeapi import seed
 pytestmark = pytest.mark.playbook
 
 
-def test_canary_failure_stops_the_rollout_then_report_then_disable(kube_api, kube_env, tmp_path):
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+def test_canary_failure_stops_the_rollout_then_report_then_disable(cluster, cluster_env, tmp_path):
+    fleet = Fleet(tmp_path, cluster, cluster_env)
     bad = fleet.add("gpu-bad", "1xH100-SXM5-80GB", mig_node_config_name="all-3g",
                     mig_node_config_file="{{ gpuops_sim_repo }}/examples/simulated-fleet/mig-parted-config.yaml")
     fleet.add("gpu-good", "2xA30-24GB", mig_node_layouts=[{"gpus": "all", "devices": {"1g.6gb": 4}}])
@@ -27,13 +27,13 @@ def test_canary_failure_stops_the_rollout_then_report_then_disable(kube_api, kub
     assert site.recap["gpu-bad"]["failed"] == 1, output(site)
     assert "MIG reconfiguration of gpu-bad failed at 'Apply the MIG geometry'" in site.stdout, output(site)
     # The helm release was deployed once, with the strategy of the inventory.
-    plugin = kube_api.get("DaemonSet", "nvidia-device-plugin", "nvidia-device-plugin")
+    plugin = cluster.get("DaemonSet", "nvidia-device-plugin", "nvidia-device-plugin")
     assert {"name": "MIG_STRATEGY", "value": "mixed"} in plugin["spec"]["template"]["spec"]["containers"][0]["env"]
     # The failed canary stays cordoned and marked; the rollout stopped before the next batch.
-    node = kube_api.get("Node", "gpu-bad")
+    node = cluster.get("Node", "gpu-bad")
     assert node["metadata"]["labels"][STATE] == "failed" and node["spec"]["unschedulable"] is True
     assert fleet.digest("gpu-good") == good_before
-    node = kube_api.get("Node", "gpu-good")
+    node = cluster.get("Node", "gpu-good")
     assert STATE not in node["metadata"]["labels"] and not node["spec"].get("unschedulable")
     assert "Roll the MIG layout out" in site.stdout and _play_hosts(site.stdout, "Roll the MIG layout out") == {"gpu-bad"}
     # The rollout stopped, and still says where every node stands (the last play never ran).
@@ -74,7 +74,7 @@ def test_canary_failure_stops_the_rollout_then_report_then_disable(kube_api, kub
     assert off.recap["gpu-bad"]["failed"] == 0, output(off)
     assert [g["mig"] for g in sim.load_state(bad)["gpus"]] == [{"current": 0, "pending": 0}]
     assert not unit.exists() and not (fleet.dir / "gpu-bad" / "etc" / "gpuops-mig" / "desired.json").exists()
-    node = kube_api.get("Node", "gpu-bad")
+    node = cluster.get("Node", "gpu-bad")
     assert node["metadata"]["labels"][STATE] == "success" and node["metadata"]["labels"][CONFIG] == "all-disabled"
     assert not node["spec"].get("unschedulable")
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "1"
@@ -88,10 +88,10 @@ def _report_rows(table):
                 for line in table[1:] if line[:1].strip())
 
 
-def test_facts_report_declared_layout_and_state_label(kube_api, kube_env, tmp_path):
+def test_facts_report_declared_layout_and_state_label(cluster, cluster_env, tmp_path):
     """facts.yml, read-only: per node, the layout the rollout would apply (plan, inventory, node label,
     none) and its nvidia.com/mig.config.state label; the nodes read once; a missing node is shown."""
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet = Fleet(tmp_path, cluster, cluster_env)
     fleet.add("gpu-inv", "1xA30-24GB", node_labels={CONFIG: "all-balanced", STATE: "success"},
               mig_node_config_name="all-1g.6gb")
     # The plan names this node's layout and wins over mig_node_config_name, as in the rollout.
@@ -99,7 +99,7 @@ def test_facts_report_declared_layout_and_state_label(kube_api, kube_env, tmp_pa
     fleet.add("gpu-label", "2xA30-24GB", node_labels={CONFIG: "all-2g.12gb"})
     # Found by mig_node_k8s_node_name, not by its inventory name.
     fleet.add("gpu-renamed", "1xA30-24GB", node_labels={STATE: "failed"}, mig_node_k8s_node_name="worker-9")
-    kube_api.seed(seed.node("worker-9", {CONFIG: "all-4g.24gb", STATE: "rebooting"}))
+    cluster.seed(seed.node("worker-9", {CONFIG: "all-4g.24gb", STATE: "rebooting"}))
     fleet.add("gpu-ghost", "1xA30-24GB", mig_node_k8s_node_name="ghost",
               mig_node_layouts=[{"gpus": "all", "devices": {"1g.6gb": 4}}])
     fleet.add("gpu-off", "1xA30-24GB", kubernetes=False, mig_node_config_name="all-disabled")
@@ -109,15 +109,15 @@ def test_facts_report_declared_layout_and_state_label(kube_api, kube_env, tmp_pa
     plan = {"gpuops_mig_plan": {"version": 1, "report": {}, "nodes": {"gpu-plan": {
         "layouts": [{"gpus": "all", "devices": {"1g.10gb": 7}}], "config_label": "gpuops-plan-7x1g", "touched": True}}}}
     before = {name: fleet.digest(name) for name in fleet.hosts}
-    labels_before = {n["metadata"]["name"]: n["metadata"]["labels"] for n in kube_api.list("Node")}
+    labels_before = {n["metadata"]["name"]: n["metadata"]["labels"] for n in cluster.list("Node")}
     fleet.env["ANSIBLE_SHOW_CUSTOM_STATS"] = "1"
 
     report = tmp_path / "report.json"
-    seen = len(kube_api.requests)
+    seen = len(cluster.requests)
     facts = fleet.run("playbooks/facts.yml", dict(plan, gpuops_mig_report_file=str(report)))
     assert facts.recap["gpu-down"]["failed"] == 1 and facts.returncode == 2, output(facts)
-    node_reads = [r for r in kube_api.requests[seen:] if r.method == "GET" and r.path == "/api/v1/nodes"]
-    assert len(node_reads) == 1, kube_api.requests[seen:]
+    node_reads = [r for r in cluster.requests[seen:] if r.method == "GET" and r.path == "/api/v1/nodes"]
+    assert len(node_reads) == 1, cluster.requests[seen:]
 
     data = json.loads(report.read_text())["hosts"]
     assert {h: data[h]["declared"] for h in data} == {
@@ -160,14 +160,14 @@ def test_facts_report_declared_layout_and_state_label(kube_api, kube_env, tmp_pa
     assert '"source": "plan"' in stats
     # Read-only.
     assert {name: fleet.digest(name) for name in fleet.hosts} == before
-    assert {n["metadata"]["name"]: n["metadata"]["labels"] for n in kube_api.list("Node")} == labels_before
+    assert {n["metadata"]["name"]: n["metadata"]["labels"] for n in cluster.list("Node")} == labels_before
 
     # Without Kubernetes: no node read, the node columns say "-", the label declares nothing.
-    seen = len(kube_api.requests)
+    seen = len(cluster.requests)
     del fleet.hosts["gpu-down"]
     facts = fleet.run("playbooks/facts.yml", {"gpuops_mig_report_file": str(report), "gpuops_mig_kubernetes": False})
     assert facts.returncode == 0, output(facts)
-    assert not [r for r in kube_api.requests[seen:] if r.path.startswith("/api")]
+    assert not [r for r in cluster.requests[seen:] if r.path.startswith("/api")]
     data = json.loads(report.read_text())["hosts"]
     assert all(entry["kubernetes"] is None for entry in data.values())
     assert data["gpu-label"]["declared"] == {"layout": None, "source": "none"}
@@ -177,8 +177,8 @@ def test_facts_report_declared_layout_and_state_label(kube_api, kube_env, tmp_pa
     assert {state for _layout, _source, state in rows.values()} == {"-"}
 
 
-def test_a_layout_that_fails_on_a_later_batch_stops_the_rollout_before_any_change(kube_api, kube_env, tmp_path):
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+def test_a_layout_that_fails_on_a_later_batch_stops_the_rollout_before_any_change(cluster, cluster_env, tmp_path):
+    fleet = Fleet(tmp_path, cluster, cluster_env)
     fleet.add("gpu-first", "1xH100-SXM5-80GB", mig_node_layouts=[{"gpus": "all", "devices": {"1g.10gb": 7}}])
     fleet.add("gpu-later", "1xA30-24GB", mig_node_layouts=[{"gpus": "all", "devices": {"1g.6gb": 5}}])
     before = {name: fleet.digest(name) for name in ("gpu-first", "gpu-later")}
@@ -191,18 +191,18 @@ def test_a_layout_that_fails_on_a_later_batch_stops_the_rollout_before_any_chang
     # Nothing changed anywhere: no GPU, no cordon, no label.
     for name in ("gpu-first", "gpu-later"):
         assert fleet.digest(name) == before[name], name
-        node = kube_api.get("Node", name)
+        node = cluster.get("Node", name)
         assert STATE not in node["metadata"]["labels"] and not node["spec"].get("unschedulable"), name
 
 
-def test_a_config_file_that_defines_a_name_twice_is_refused_before_any_change(kube_api, kube_env, tmp_path):
+def test_a_config_file_that_defines_a_name_twice_is_refused_before_any_change(cluster, cluster_env, tmp_path):
     # Read on the controller, the file reaches the modules as text, parsed strictly: the second
     # 'big' does not silently replace the first.
     config = tmp_path / "mig-parted.yaml"
     config.write_text("version: v1\nmig-configs:\n"
                       "  big:\n    - {devices: all, mig-enabled: true, mig-devices: {7g.80gb: 1}}\n"
                       "  big:\n    - {devices: all, mig-enabled: true, mig-devices: {1g.10gb: 7}}\n")
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet = Fleet(tmp_path, cluster, cluster_env)
     fleet.add("gpu-dup", "1xH100-SXM5-80GB", mig_node_config_file=str(config), mig_node_config_name="big")
     before = fleet.digest("gpu-dup")
 
@@ -210,12 +210,12 @@ def test_a_config_file_that_defines_a_name_twice_is_refused_before_any_change(ku
     assert site.returncode != 0, output(site)
     assert "found duplicate key 'big'" in site.stdout, output(site)
     assert fleet.digest("gpu-dup") == before
-    node = kube_api.get("Node", "gpu-dup")
+    node = cluster.get("Node", "gpu-dup")
     assert STATE not in node["metadata"]["labels"] and not node["spec"].get("unschedulable")
 
 
-def test_a_tolerated_failure_lets_the_batch_finish_and_one_beyond_it_stops_with_the_summary(kube_api, kube_env, tmp_path):
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+def test_a_tolerated_failure_lets_the_batch_finish_and_one_beyond_it_stops_with_the_summary(cluster, cluster_env, tmp_path):
+    fleet = Fleet(tmp_path, cluster, cluster_env)
     bad = fleet.add("gpu-bad", "1xA30-24GB", mig_node_layouts=[{"gpus": "all", "devices": {"2g.12gb": 2}}])
     for name in ("gpu-a", "gpu-b"):
         fleet.add(name, "1xA30-24GB", mig_node_layouts=[{"gpus": "all", "devices": {"1g.6gb": 4}}])
@@ -267,8 +267,8 @@ def _play_hosts(stdout, play):
     return hosts
 
 
-def test_converged_nodes_never_wait_for_a_batch_and_the_summary_tells(kube_api, kube_env, tmp_path):
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+def test_converged_nodes_never_wait_for_a_batch_and_the_summary_tells(cluster, cluster_env, tmp_path):
+    fleet = Fleet(tmp_path, cluster, cluster_env)
     layout = [{"gpus": "all", "devices": {"1g.10gb": 7}}]
     for name in ("gpu-a", "gpu-b", "gpu-c"):
         fleet.add(name, "1xH100-SXM5-80GB", mig_node_layouts=layout)
@@ -276,7 +276,7 @@ def test_converged_nodes_never_wait_for_a_batch_and_the_summary_tells(kube_api, 
                                              "mig_node_validate": "false"}, limit="gpu-a")
     assert first.recap["gpu-a"]["failed"] == 0, output(first)
     # gpu-a converged, but its state label went missing: the converged pass puts it back (no batch).
-    kube_api.patch("Node", "gpu-a", {"metadata": {"labels": {STATE: None}}})
+    cluster.patch("Node", "gpu-a", {"metadata": {"labels": {STATE: None}}})
 
     site = fleet.run("playbooks/site.yml", {"gpuops_mig_serial": "1", "gpuops_mig_deploy_device_plugin": "false",
                                             "mig_node_validate": "false"})
@@ -301,23 +301,23 @@ def test_converged_nodes_never_wait_for_a_batch_and_the_summary_tells(kube_api, 
     # Nothing to put right on a converged node: its preview was all it cost.
     assert _play_hosts(again.stdout, "Finish the converged nodes") == set()
     assert "0 node(s) to change (none), 3 already converged." in again.stdout
-    assert all(kube_api.get("Node", n)["metadata"]["labels"][STATE] == "success" for n in ("gpu-a", "gpu-b", "gpu-c"))
+    assert all(cluster.get("Node", n)["metadata"]["labels"][STATE] == "success" for n in ("gpu-a", "gpu-b", "gpu-c"))
     rows = [line for line in again.stdout.splitlines() if line.strip().strip('",').startswith("gpu-")]
     assert sum(1 for r in rows if "converged" in r) == 3, again.stdout[-3000:]
 
 
-def test_a_node_that_converged_after_the_preview_is_not_drained_in_its_batch(kube_api, kube_env, tmp_path):
+def test_a_node_that_converged_after_the_preview_is_not_drained_in_its_batch(cluster, cluster_env, tmp_path):
     """The batches decide again: a node previewed as changing whose GPUs reached the layout meanwhile
     (someone applied it by hand) is finished without cordon, drain or GPU change."""
     import threading
     from tests.support.simhost import nvml_on
     from test_roles import node_history
 
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet = Fleet(tmp_path, cluster, cluster_env)
     layout = [{"gpus": "all", "devices": {"3g.40gb": 2}}]
     first = fleet.add("gpu-1", "1xH100-SXM5-80GB", mig_node_layouts=layout)
     second = fleet.add("gpu-2", "1xH100-SXM5-80GB", mig_node_layouts=layout)
-    history = node_history(kube_api)
+    history = node_history(cluster)
     done = threading.Event()
 
     def apply_by_hand(event):   # when gpu-1's batch starts (it is cordoned), gpu-2 gets the layout by hand
@@ -331,7 +331,7 @@ def test_a_node_that_converged_after_the_preview_is_not_drained_in_its_batch(kub
             for start in (0, 4):
                 gi = nvml.create_gpu_instance(0, 9, start, 4)
                 nvml.create_compute_instance(0, gi, 2, 0)
-    kube_api.on("modified", apply_by_hand, kind="Node")
+    cluster.on("modified", apply_by_hand, kind="Node")
     before = fleet.digest("gpu-2")
 
     site = fleet.run("playbooks/site.yml", {"gpuops_mig_serial": "1", "gpuops_mig_deploy_device_plugin": "false",
@@ -341,5 +341,5 @@ def test_a_node_that_converged_after_the_preview_is_not_drained_in_its_batch(kub
     assert "2 node(s) to change" in site.stdout, output(site)
     assert "gpu-2: layout 'custom' is already in place" in site.stdout, output(site)
     assert not any(cordoned for _state, cordoned, _dcgm in history.get("gpu-2", [])), history
-    assert kube_api.get("Node", "gpu-2")["metadata"]["labels"][STATE] == "success"
+    assert cluster.get("Node", "gpu-2")["metadata"]["labels"][STATE] == "success"
     assert first

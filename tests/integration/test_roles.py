@@ -1,5 +1,5 @@
 """The roles (mig_preflight, mig_node, mig_device_plugin) run by ansible-playbook against simulated
-GPU hosts (connection local) and the Kubernetes API emulator on loopback.
+GPU hosts (connection local) and the real test cluster (tests/support/controlplane).
 
 Hosts are wired like the demo's: examples/simulated-fleet/group_vars (state file, tools/sim-bin on
 PATH, boot-time restore under a per-host root). `Fleet` below is also used by test_playbooks.py.
@@ -36,11 +36,11 @@ GFD_DEPLOY = "nvidia.com/gpu.deploy.gpu-feature-discovery"
 class Fleet(object):
     """Simulated GPU hosts, their Kubernetes nodes and an inventory for them."""
 
-    def __init__(self, tmp_path, kube_api=None, kube_env=None):
+    def __init__(self, tmp_path, cluster=None, kube_env=None):
         self.dir = tmp_path / "fleet"
         self.dir.mkdir()
         shutil.copytree(os.path.join(EXAMPLE, "group_vars"), str(self.dir / "group_vars"))
-        self.kube_api = kube_api
+        self.cluster = cluster
         self.env = dict(kube_env or os.environ)
         self.env.update(
             ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "collections"),
@@ -68,7 +68,7 @@ class Fleet(object):
         if kubernetes:
             labels = {"nvidia.com/gpu.present": "true"}
             labels.update(node_labels or {})
-            self.kube_api.seed(seed.node(name, labels, nvml_state=self.state_path(name), pod_resources=pod_resources))
+            self.cluster.seed(seed.node(name, labels, nvml_state=self.state_path(name), pod_resources=pod_resources))
         else:
             hostvars.setdefault("mig_node_kubernetes", False)
             hostvars.setdefault("mig_preflight_kubernetes", False)
@@ -134,7 +134,7 @@ def device_plugin_daemonsets():
     return [plugin, gfd]
 
 
-def node_history(kube_api):
+def node_history(cluster):
     """Records, per node, each change of the MIG state label, of the cordon and of the operand labels."""
     history = {}
 
@@ -145,7 +145,7 @@ def node_history(kube_api):
         seen = history.setdefault(event.obj["metadata"]["name"], [])
         if not seen or seen[-1] != entry:
             seen.append(entry)
-    kube_api.on("modified", record, kind="Node")
+    cluster.on("modified", record, kind="Node")
     return history
 
 
@@ -304,10 +304,10 @@ def test_node_workflow_end_to_end_then_converged_rerun(cluster, cluster_env, tmp
     assert {name: fleet.digest(name) for name in digests} == digests
 
 
-def test_a_failed_drain_leaves_the_boot_time_restore_of_the_layout_the_node_holds(kube_api, kube_env, tmp_path):
+def test_a_failed_drain_leaves_the_boot_time_restore_of_the_layout_the_node_holds(cluster, cluster_env, tmp_path):
     """The new restore comes only inside the window: a node whose drain fails keeps the restore of the
     layout its GPUs hold, so a reboot before the next run does not apply the new one under its pods."""
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet = Fleet(tmp_path, cluster, cluster_env)
     fleet.add("node-p", "1xA100-SXM4-40GB", mig_node_layouts=[{"gpus": "all", "devices": {"3g.20gb": 2}}],
               mig_node_validate=False, mig_node_device_plugin_restart=False)
     desired = fleet.dir / "node-p" / "etc" / "gpuops-mig" / "desired.json"
@@ -316,7 +316,7 @@ def test_a_failed_drain_leaves_the_boot_time_restore_of_the_layout_the_node_hold
     old = desired.read_text()
     assert json.loads(old)["layouts"] == [{"gpus": "all", "devices": {"3g.20gb": 2}}]
 
-    kube_api.seed(seed.pod("db-0", node="node-p", labels={"app": "db"}, owner=("ReplicaSet", "db-1")),
+    cluster.seed(seed.pod("db-0", node="node-p", labels={"app": "db"}, owner=("ReplicaSet", "db-1")),
                   seed.pdb("db", {"app": "db"}, disruptions_allowed=0))
     before = fleet.digest("node-p")
     proc = fleet.run("tests/integration/playbooks/mig_node.yml", {
@@ -324,13 +324,12 @@ def test_a_failed_drain_leaves_the_boot_time_restore_of_the_layout_the_node_hold
         "mig_node_drain_timeout": 2, "mig_node_drain_retry_delay": 1})
     assert proc.recap["node-p"]["failed"] == 1, output(proc)
     assert re.search(r"MIG reconfiguration of node-p failed at '[^']*'.*db-0", proc.stdout, re.S), output(proc)
-    assert kube_api.get("Node", "node-p")["metadata"]["labels"][STATE] == "failed"
+    assert cluster.get("Node", "node-p")["metadata"]["labels"][STATE] == "failed"
     assert fleet.digest("node-p") == before                      # the GPUs are untouched
     assert desired.read_text() == old                            # and so is their restore
 
     # MIG off once the budget lets the pod go: the restore is removed inside the window too.
-    kube_api.set_status("PodDisruptionBudget", "db", {"disruptionsAllowed": 1, "currentHealthy": 1,
-                                                      "desiredHealthy": 0, "expectedPods": 1}, "default")
+    cluster.patch("PodDisruptionBudget", "db", {"spec": {"maxUnavailable": 1}})
     off = fleet.run("playbooks/disable.yml", {"mig_node_drain_retry_delay": 1})
     assert off.recap["node-p"]["failed"] == 0, output(off)
     assert [g["mig"] for g in sim.load_state(fleet.state_path("node-p"))["gpus"]] == [{"current": 0, "pending": 0}]
@@ -338,33 +337,33 @@ def test_a_failed_drain_leaves_the_boot_time_restore_of_the_layout_the_node_hold
                                          "gpuops-mig-restore.service").exists()
 
 
-def test_node_check_mode_changes_nothing(kube_api, kube_env, tmp_path):
+def test_node_check_mode_changes_nothing(cluster, cluster_env, tmp_path):
     """--check predicts the change and touches neither the GPUs, the node, nor the host's files."""
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet = Fleet(tmp_path, cluster, cluster_env)
     fleet.add("node-e", "1xH100-SXM5-80GB", node_labels={DCGM_EXPORTER: "true"},
               mig_node_layouts=[{"gpus": "all", "devices": {"1g.10gb": 7}}])
     fleet.add("box-f", "1xA100-SXM4-40GB", kubernetes=False, mig_node_persist=False,
               mig_node_layouts=[{"gpus": "all", "devices": {"7g.40gb": 1}}])
-    kube_api.seed(seed.pod("web-0", node="node-e", owner=("ReplicaSet", "web-1")))
+    cluster.seed(seed.pod("web-0", node="node-e", owner=("ReplicaSet", "web-1")))
     before = {name: fleet.digest(name) for name in ("node-e", "box-f")}
-    objects = json.dumps([kube_api.list(kind) for kind in ("Node", "Pod")], sort_keys=True)
 
     proc = fleet.run("tests/integration/playbooks/mig_node.yml", check=True)
     assert proc.returncode == 0, output(proc)
     assert "layout 'custom' is not in place: MIG mode change and geometry change needed" in proc.stdout
     assert {name: fleet.digest(name) for name in before} == before
-    assert json.dumps([kube_api.list(kind) for kind in ("Node", "Pod")], sort_keys=True) == objects
+    writes = [r for r in cluster.requests if r.method in ("POST", "PATCH", "PUT", "DELETE")]
+    assert writes == [], writes
     root = fleet.dir / "node-e"      # nothing under the host's root but the driver's /proc (the simulator's)
     assert not root.exists() or sorted(p.name for p in root.iterdir()) == ["proc"]
 
 
-def test_preview_reads_a_configmap_named_in_play_vars_and_checks_the_role_variables(kube_api, kube_env, tmp_path):
+def test_preview_reads_a_configmap_named_in_play_vars_and_checks_the_role_variables(cluster, cluster_env, tmp_path):
     """The batch's one cluster read covers a ConfigMap named by play vars (which other hosts' hostvars do not
     show), and the preview checks the role variables against the role's argument spec itself (site.yml
     imports it with rolespec_validate false)."""
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet = Fleet(tmp_path, cluster, cluster_env)
     fleet.add("node-g", "1xH100-SXM5-80GB")
-    kube_api.seed(seed.namespace("mig-configs"), {
+    cluster.seed(seed.namespace("mig-configs"), {
         "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fleet-mig", "namespace": "mig-configs"},
         "data": {"config.yaml": "version: v1\nmig-configs:\n  half: [{devices: all, mig-enabled: true, "
                                 "mig-devices: {3g.40gb: 2}}]\n"}})
@@ -428,10 +427,10 @@ def test_preflight_says_what_is_wrong_and_how_to_fix_it(tmp_path):
 # mig_device_plugin
 # --------------------------------------------------------------------------------------------------
 
-def test_device_plugin_deployed_with_helm(kube_api, kube_env, tmp_path):
+def test_device_plugin_deployed_with_helm(cluster, cluster_env, tmp_path):
     """The real helm binary installs the (stand-in) chart with the MIG strategy, GFD and merged values;
     a second run changes nothing; a strategy change upgrades the release."""
-    kube_api.seed(seed.node("gpu-1", {"nvidia.com/gpu.present": "true"}))
+    cluster.seed(seed.node("gpu-1", {"nvidia.com/gpu.present": "true"}))
     playbook = tmp_path / "plugin.yml"
     role = {"role": "gpuops.mig.mig_device_plugin", "vars": {
         "mig_device_plugin_chart_ref": CHART, "mig_device_plugin_chart_repo_url": "",
@@ -440,20 +439,20 @@ def test_device_plugin_deployed_with_helm(kube_api, kube_env, tmp_path):
         "mig_device_plugin_values": {"tolerations": [{"key": "dedicated", "operator": "Exists"}]}}}
     playbook.write_text(yaml.safe_dump([{"name": "Device plugin", "hosts": "localhost", "gather_facts": False,
                                          "roles": [role]}]))
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet = Fleet(tmp_path, cluster, cluster_env)
 
     first = fleet.run(str(playbook), {"strategy": "single"})
     assert first.recap["localhost"]["changed"] == 1, output(first)
-    plugin = kube_api.get("DaemonSet", "nvidia-device-plugin", "nvidia-device-plugin")
+    plugin = cluster.get("DaemonSet", "nvidia-device-plugin", "nvidia-device-plugin")
     container = plugin["spec"]["template"]["spec"]["containers"][0]
     assert {"name": "MIG_STRATEGY", "value": "single"} in container["env"]
     assert plugin["spec"]["template"]["spec"]["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
-    assert kube_api.find("DaemonSet", "nvidia-device-plugin-gpu-feature-discovery", "nvidia-device-plugin")
-    assert kube_api.list("Pod", "nvidia-device-plugin", field_selector="spec.nodeName=gpu-1")
+    assert cluster.find("DaemonSet", "nvidia-device-plugin-gpu-feature-discovery", "nvidia-device-plugin")
+    assert cluster.list("Pod", "nvidia-device-plugin", field_selector="spec.nodeName=gpu-1")
 
     second = fleet.run(str(playbook), {"strategy": "single"})
     assert second.recap["localhost"]["changed"] == 0, output(second)
     third = fleet.run(str(playbook), {"strategy": "mixed"})
     assert third.recap["localhost"]["changed"] == 1, output(third)
-    plugin = kube_api.get("DaemonSet", "nvidia-device-plugin", "nvidia-device-plugin")
+    plugin = cluster.get("DaemonSet", "nvidia-device-plugin", "nvidia-device-plugin")
     assert {"name": "MIG_STRATEGY", "value": "mixed"} in plugin["spec"]["template"]["spec"]["containers"][0]["env"]
