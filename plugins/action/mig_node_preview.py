@@ -279,8 +279,8 @@ class ActionModule(ActionBase):
     def _read_file(self, path):
         # As the file lookup finds it (the role's files/, the playbook's directory, or an absolute path);
         # the module parses the text, so a key defined twice is refused rather than silently dropped.
-        # Read as the modules read config_file: a regular file only (a FIFO would hang the play), within the
-        # limit on a config's size, every error a refusal naming the variable.
+        # Read as the modules read config_file: a regular file only (a FIFO would hang the play),
+        # within the limit on a config's size, every error a refusal naming the variable.
         try:
             found = self._find_needle("files", path)
         except (AnsibleError, ValueError) as e:

@@ -586,7 +586,8 @@ def fresh_device_files(desired: Mapping[str, Any], dry_run: bool = False) -> int
     spec = cdi.spec_in_use(desired.get("cdi_spec_paths") or [])
     if spec:
         try:
-            changed = cdi.refresh(spec, nvml_lib.timed_run(nvml_lib.PROGRAM_TIMEOUT), check_mode=dry_run)
+            run = nvml_lib.timed_run(nvml_lib.PROGRAM_TIMEOUT)
+            changed = cdi.refresh(spec, run, check_mode=dry_run)
             log("CDI spec %s: %s" % (spec, ("would be regenerated" if dry_run else "regenerated") if changed
                                      else "already lists the current devices"))
         except errors.GpuopsError as e:

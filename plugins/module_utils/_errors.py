@@ -64,8 +64,8 @@ class NvmlError(GpuopsError):
     """An NVML failure, phrased for a person.
 
     ``code`` is NVML's return code and ``name`` its pynvml name (NVML_ERROR_IN_USE), when known.
-    ``recreated`` lists the MIG device UUIDs of compute instances created again after the failure (the
-    put-back of Nvml.destroy_gpu_instance): the failure did change something, their UUIDs.
+    ``recreated`` lists the MIG device UUIDs of compute instances created again after the
+    failure (the put-back of Nvml.destroy_gpu_instance): the failure did change something.
     """
 
     def __init__(self, message: str, code: int | None = None, name: str | None = None, report: Any = None,

@@ -180,8 +180,9 @@ def _next_run(records):
 
 
 def _done_text(records, heading):
-    """'<heading>: GPU 0 (...): ...; GPU 1 (...): ...' for what the run changed, per GPU (None: nothing).
-    Compute instances that were put back after a failed destroy count: their MIG device UUIDs are new."""
+    """'<heading>: GPU 0 (...): ...; GPU 1 (...): ...' for what the run changed, per GPU (None:
+    nothing). Compute instances put back after a failed destroy count: their MIG device UUIDs
+    are new."""
     done = []
     for r in records:
         parts = []
@@ -190,7 +191,8 @@ def _done_text(records, heading):
         if r["destroyed"]:
             parts.append("%d MIG device(s) destroyed" % len(r["destroyed"]))
         if r.get("recreated"):
-            parts.append("compute instances put back with new MIG device UUIDs %s" % ", ".join(r["recreated"]))
+            parts.append("compute instances put back with new MIG device UUIDs %s"
+                         % ", ".join(r["recreated"]))
         if r["activation_status"] is not None:
             parts.append("MIG mode set to %s" % mode_name(r["desired"]))
         elif parts:
@@ -260,21 +262,24 @@ def reset_pending(nvml: Nvml, records: list[dict[str, Any]], run_command: Callab
     nvml.forget_handles()
     for record in pending:
         ok, reason, message = outcome[record["pci_bus_id"]]
-        record["reset"].update(attempted=reason != "not_tried", ok=ok, reason=reason, message=message)
+        record["reset"].update(attempted=reason != "not_tried", ok=ok, reason=reason,
+                               message=message)
         record["changed"] = record["changed"] or ok
 
 
 def reset_timeout_message(records: list[dict[str, Any]]) -> str | None:
-    """After reset_pending() and report(): what a reset that timed out leaves, for a warning (None when
-    no reset timed out). Names the reset, what the run had changed before it, and what comes next."""
+    """After reset_pending() and report(): what a reset that timed out leaves, for a warning
+    (None when no reset timed out). Names the reset, what the run had changed before it, and
+    what comes next."""
     timed_out = [r for r in records if r["reset"]["reason"] == "timed_out"]
     if not timed_out:
         return None
-    pending = pending_labels(records)
-    return ("The GPU reset timed out: %s. %s Still pending: %s. A reboot applies the pending modes "
-            "(reboot_required is true); the next run changes no mode again and, with reset=true, tries the "
-            "reset again." % ("; ".join("%s: %s" % (r["label"], r["reset"]["message"]) for r in timed_out),
-                              _done_text(records, "Changed before it"), "; ".join(pending) or "none"))
+    resets = "; ".join("%s: %s" % (r["label"], r["reset"]["message"]) for r in timed_out)
+    pending = "; ".join(pending_labels(records)) or "none"
+    done = _done_text(records, "Changed before it") or "The run changed nothing before it."
+    return ("The GPU reset timed out: %s. %s Still pending: %s. A reboot applies the pending "
+            "modes (reboot_required is true); the next run changes no mode again and, with "
+            "reset=true, tries the reset again." % (resets, done, pending))
 
 
 def report(nvml: Nvml, records: list[dict[str, Any]], check_mode: bool = False) -> dict[str, Any]:

@@ -23,17 +23,22 @@ import re
 import stat
 from typing import Any
 
-from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError, RefusedError, excerpt
+from ansible_collections.gpuops.mig.plugins.module_utils._errors import (
+    ConfigError,
+    RefusedError,
+    excerpt,
+)
 
 __all__ = ["pattern", "whole", "count", "seconds", "read_file", "FileRefused", "LABEL_VALUE"]
 
 _DIGITS = re.compile(r"[0-9]+", re.ASCII)
-# A Kubernetes label value (and a ConfigMap key): 1 to 63 characters, letters and digits at both ends.
+# A Kubernetes label value (and a ConfigMap key): 1 to 63 characters, letters and digits at
+# both ends.
 LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", re.ASCII)
 
 
 def pattern(regex: str, flags: int = 0) -> re.Pattern[str]:
-    """``regex`` compiled for whole() (ASCII classes: \\d is 0-9 and \\s ASCII white space only)."""
+    """``regex`` compiled for whole() (ASCII classes: \\d is 0-9, \\s ASCII white space only)."""
     return re.compile(regex, flags | re.ASCII)
 
 
@@ -57,36 +62,34 @@ def count(value: Any, most_digits: int = 18) -> int | None:
 def seconds(value: Any, option: str, least: float = 0, most: float | None = None) -> float:
     """An option's number of seconds checked: finite, at least ``least`` (and at most ``most``);
     RefusedError naming the option otherwise (a negative, NaN or infinite value)."""
-    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-          and value >= least and (most is None or value <= most))
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+          and math.isfinite(value) and value >= least and (most is None or value <= most))
     if not ok:
-        bound = "%s or more" % _plain(least) if most is None else "from %s to %s" % (_plain(least), _plain(most))
+        bound = "%g or more" % least if most is None else "from %g to %g" % (least, most)
         raise RefusedError("%s must be a finite number of seconds, %s; got %s"
                            % (option, bound, excerpt(value)))
     return value
 
 
-def _plain(value):
-    return "%d" % value if float(value).is_integer() else "%s" % value
-
-
 class FileRefused(ConfigError):
-    """A file named by an option that is not there, not a regular file, not readable, too large or not
-    UTF-8 text; the message names the option and the path."""
+    """A file named by an option that is not there, not a regular file, not readable, too large
+    or not UTF-8 text; the message names the option and the path."""
 
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"))
 
 
 def read_file(path: Any, option: str, limit: int) -> str:
-    """The UTF-8 text of the regular file at ``path`` (an option's value), at most ``limit`` bytes.
+    """The UTF-8 text of the regular file at ``path`` (an option's value), at most ``limit``
+    bytes.
 
-    What the path names is looked at first (os.stat, following links): anything but a regular file
-    (a directory, a FIFO, a socket, a device) or a larger one is refused without opening it. The
-    file is then opened without blocking and looked at again through its descriptor, in case
-    something else took its place meanwhile. Every error of the read (OSError, a NUL byte in the
-    path, text that is not UTF-8) is a FileRefused naming ``option`` and the path."""
+    What the path names is looked at first (os.stat, following links): anything but a regular
+    file (a directory, a FIFO, a socket, a device) or a larger one is refused without opening
+    it. The file is then opened without blocking and looked at again through its descriptor, in
+    case something else took its place meanwhile. Every error of the read (OSError, a NUL byte
+    in the path, text that is not UTF-8) is a FileRefused naming ``option`` and the path."""
     if not isinstance(path, str) or not path:
         raise FileRefused("%s: a path is needed, got %s" % (option, excerpt(path)))
     where = "%s %s" % (option, excerpt(path, 200, quote=False))
@@ -114,7 +117,8 @@ def _check_kind(st, where, limit):
                     "not a regular file")
         raise FileRefused("%s is %s; nothing was read from it" % (where, kind))
     if st.st_size > limit:
-        raise FileRefused("%s: %d bytes, more than the %d it may have" % (where, st.st_size, limit))
+        raise FileRefused("%s: %d bytes, more than the %d it may have"
+                          % (where, st.st_size, limit))
 
 
 def _reason(error):

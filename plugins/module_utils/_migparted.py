@@ -192,9 +192,10 @@ def load_config(source: str | bytes | Mapping[str, Any], origin: str = "mig-part
 
 
 def read_config_file(path: str, option: str = "config_file") -> str:
-    """The text of a config file on this host (the value of ``option``), read no further than the limit
-    on a config's size; ConfigError naming the option and the path when it is not a regular file, cannot
-    be read, is larger, or is not UTF-8 text (_input.read_file: a FIFO or a device is never opened)."""
+    """The text of a config file on this host (the value of ``option``), read no further than
+    the limit on a config's size; ConfigError naming the option and the path when it is not a
+    regular file, cannot be read, is larger, or is not UTF-8 text (_input.read_file: a FIFO or a
+    device is never opened)."""
     return read_file(path, option, bounded_yaml.MAX_CHARS)
 
 

@@ -18,8 +18,8 @@ description:
     C(nvidia-ctk cdi generate), to the same path and format, and replaces it only when it differs (C(changed)).
     A host without any of them uses no CDI spec, and nothing is done.
   - The new spec is generated outside the spec directory first, and renamed into place keeping the old file's mode.
-  - C(nvidia-ctk cdi generate) may run for 120 seconds; one that runs longer is killed and the module fails,
-    leaving the spec as it was.
+  - C(nvidia-ctk cdi generate) may run for 120 seconds; one that runs longer is killed and the
+    module fails, leaving the spec as it was.
   - Under the GPU Operator its toolkit regenerates the spec itself; the M(gpuops.mig.mig_node) role does not call
     this module there.
 author:
@@ -82,7 +82,8 @@ def main():
         module.exit_json(changed=False, spec=None, msg="No CDI spec here (%s): nothing to regenerate."
                          % ", ".join(module.params["spec_paths"]))
     try:
-        changed = cdi.refresh(path, timed_run(PROGRAM_TIMEOUT), module.params["command"], module.check_mode)
+        changed = cdi.refresh(path, timed_run(PROGRAM_TIMEOUT), module.params["command"],
+                              module.check_mode)
     except GpuopsError as e:
         fail_from(module, e, changed=False, spec=path)
     module.exit_json(changed=changed, spec=path,

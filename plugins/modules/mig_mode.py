@@ -79,10 +79,11 @@ options:
     default: 10
   reset_timeout:
     description:
-      - Seconds each GPU reset (C(nvidia-smi -r -i <bus id>), O(reset=true)) may take. A reset still running
-        then is killed and reported with C(reset.reason=timed_out) and C(action_required=reboot) (a GPU that
-        does not answer needs a reboot); the GPUs after it are not tried (C(reset.reason=not_tried)), and a
-        warning says what the run had changed before it and what the next run does.
+      - Seconds each GPU reset (C(nvidia-smi -r -i <bus id>), O(reset=true)) may take. A reset
+        still running then is killed and reported with C(reset.reason=timed_out) and
+        C(action_required=reboot) (a GPU that does not answer needs a reboot); the GPUs after it
+        are not tried (C(reset.reason=not_tried)), and a warning says what the run had changed
+        before it and what the next run does.
       - Raise it where resets take longer (GPUs behind NVSwitch, many GPUs at once).
       - A value below 1, NaN or infinite fails the module before any change.
     type: float
@@ -166,7 +167,11 @@ from ansible_collections.gpuops.mig.plugins.module_utils._common import (
     nvml_session,
 )
 from ansible_collections.gpuops.mig.plugins.module_utils._input import seconds
-from ansible_collections.gpuops.mig.plugins.module_utils._nvml import RESET_TIMEOUT, check_program, timed_run
+from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
+    RESET_TIMEOUT,
+    check_program,
+    timed_run,
+)
 
 
 def main():

@@ -325,9 +325,9 @@ OWED_LIMIT = 65536
 
 
 def read_owed_file(path):
-    """The text of the host's owed record (None when there is none), bounded: it is the role's, not free text.
-    Read as config_file is (a regular file only: a FIFO there would hang the read); anything else, a larger
-    file or one that is not UTF-8 text, is reported unreadable."""
+    """The text of the host's owed record (None when there is none), bounded: it is the role's,
+    not free text. Read as config_file is (a regular file only: a FIFO there would hang the
+    read); anything else, a larger file or one that is not UTF-8 text, is reported unreadable."""
     if not path or not os.path.lexists(path):
         return None
     try:

@@ -30,12 +30,13 @@ from ansible_collections.gpuops.mig.plugins.module_utils import _input as checks
 from ansible_collections.gpuops.mig.plugins.module_utils import _migparted as migparted
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError
 
-__all__ = ["build", "generate_config", "models_from_facts", "check_profiles", "check_pci_id", "check_applies",
-           "describe"]
+__all__ = ["build", "generate_config", "models_from_facts", "check_profiles", "check_pci_id",
+           "check_applies", "describe"]
 
 _BASE = checks.pattern(r"([0-9]+)g\.[0-9]+gb")
 # A GPU-instance profile as mig_facts names it: Ng.Mgb, then +attr(.attr) or one -attr (mig-parted's form).
-_GI_PROFILE = checks.pattern(r"[1-9][0-9]?g\.[1-9][0-9]{0,3}gb(?:(?:\+[a-z]+(?:\.[a-z]+)*)+|-[a-z]+(?:\.[a-z]+)*)?")
+_GI_PROFILE = checks.pattern(r"[1-9][0-9]?g\.[1-9][0-9]{0,3}gb"
+                             r"(?:(?:\+[a-z]+(?:\.[a-z]+)*)+|-[a-z]+(?:\.[a-z]+)*)?")
 # No GPU has more than 8 memory or SM slices; the bound keeps odd facts from costing time.
 _SLICES_MAX = 64
 _SHORT = reprlib.Repr()
@@ -269,28 +270,38 @@ def _check_applies(content, models):
             geometry = host_layout.geometry_from_profiles(profiles)
             gpu = migparted.HostGpu(index=0, pci_device_id=pci, mig_capable=True, name=name)
             for config_name in parsed.names:
-                check_applies(parsed.select(config_name), [gpu], {0: geometry}, "%s (%s)" % (name or pci, pci))
+                check_applies(parsed.select(config_name), [gpu], {0: geometry},
+                              "%s (%s)" % (name or pci, pci))
     except ConfigError as e:
         raise ConfigError("the facts give a config that mig_config would refuse, so none is generated: %s" % e)
 
 
-def check_applies(entries: Any, gpus: Any, geometries: Mapping[int, Any], where: str) -> None:
-    """What mig_config and mig_mode check of a config before any change, on GPUs described by facts:
-    ``entries`` (ConfigEntry values) resolved on ``gpus`` (HostGpu values: two entries for one GPU,
-    an index the host lacks) and each target validated on its GPU's geometry ({index: GpuGeometry,
-    or None when the facts list no profiles}). ConfigError as the modules word it; ``where`` names
-    the host or the model for an entry that selects nothing."""
+def check_applies(entries: Any, gpus: Any, geometries: Mapping[int, Any], where: str,
+                  valid: set[Any] | None = None) -> None:
+    """What mig_config and mig_mode check of a config before any change, on GPUs described by
+    facts: ``entries`` (ConfigEntry values) resolved on ``gpus`` (HostGpu values: two entries
+    for one GPU, an index the host lacks) and each target validated on its GPU's geometry
+    ({index: GpuGeometry, or None when the facts list no profiles}). ConfigError as the modules
+    word it; ``where`` names the host or the model for an entry that selects nothing. ``valid``
+    (a set kept by the caller while the geometries live) remembers the targets already proven,
+    so a fleet of GPUs alike validates each layout once."""
     resolution = migparted.resolve_targets(entries, gpus)
     for entry in resolution.unmatched:
         if not entry.device_filter:
             raise ConfigError("%s selects no GPU of %s" % (entry.label, where))
     for target in resolution.targets:
         geometry = geometries.get(target.gpu.index)
-        if target.mig_enabled and geometry is not None:
-            try:
-                gpu_layout.validate_target(geometry, target.mig_devices)
-            except gpu_layout.LayoutError as e:
-                raise ConfigError("%s on %s: %s" % (target.entry.label, where, e))
+        if not target.mig_enabled or geometry is None:
+            continue
+        key = (id(geometry), tuple(sorted(target.mig_devices.items())))
+        if valid is not None and key in valid:
+            continue
+        try:
+            gpu_layout.validate_target(geometry, target.mig_devices)
+        except gpu_layout.LayoutError as e:
+            raise ConfigError("%s on %s: %s" % (target.entry.label, where, e))
+        if valid is not None:
+            valid.add(key)
 
 
 def _config_order(models):

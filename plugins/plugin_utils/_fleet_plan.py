@@ -42,7 +42,10 @@ from typing import Any, Sequence
 from ansible_collections.gpuops.mig.plugins.module_utils import _input as checks
 from ansible_collections.gpuops.mig.plugins.module_utils import _migparted as migparted
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError
-from ansible_collections.gpuops.mig.plugins.plugin_utils._config_builder import check_applies, describe
+from ansible_collections.gpuops.mig.plugins.plugin_utils._config_builder import (
+    check_applies,
+    describe,
+)
 from ansible_collections.gpuops.mig.plugins.plugin_utils._plan_demand import (
     PlanInputError, _count, _flag, _names, _parse_demand, _text)
 from ansible_collections.gpuops.mig.plugins.plugin_utils._plan_output import _build
@@ -141,32 +144,38 @@ def plan_fleet(fleet: Mapping[str, Any], demand: Any, policy: Mapping[str, Any] 
         method = "greedy"
         choice_by_node = _greedy(models, dims, whole_floor)
 
-    plan = _build(models, dims, choice_by_node, method, skipped, unresolved, whole_policy, whole_pending,
-                  whole_free_now, config_label_prefix, exact_limit)
+    plan = _build(models, dims, choice_by_node, method, skipped, unresolved, whole_policy,
+                  whole_pending, whole_free_now, config_label_prefix, exact_limit)
     _check_output(plan, nodes)
     return plan
 
 
 def _check_output(plan, nodes):
-    """Each node's layouts and mig-parted config, read as mig_config and mig_mode read them and resolved on the
-    node's GPUs, and its config label checked as a label value. A plan the modules would refuse is the planner's
-    bug: PlanInputError here, rather than a plan that fails on the node."""
+    """Each node's layouts and mig-parted config, read as mig_config and mig_mode read them and
+    resolved on the node's GPUs, and its config label checked as a label value. A plan the modules
+    would refuse is the planner's bug: PlanInputError here, rather than a plan that fails on the
+    node."""
+    valid = set()     # (geometry, target) proven; the geometries live in ``nodes`` meanwhile
     for name, gpus in nodes.items():
         out = plan["nodes"][name]
-        host = [migparted.HostGpu(index=g.index, pci_device_id=g.pci_device_id or 0, mig_capable=True, name=g.name)
-                for g in gpus]
+        host = [migparted.HostGpu(index=g.index, pci_device_id=g.pci_device_id or 0,
+                                  mig_capable=True, name=g.name) for g in gpus]
         geometries = dict((g.index, g.geometry) for g in gpus)
+        label = out["config_label"]
         try:
-            if not checks.whole(checks.LABEL_VALUE, out["config_label"]):
-                raise ConfigError("config label %s is not a Kubernetes label value" % describe(out["config_label"]))
-            check_applies(migparted.entries_from_layouts(out["layouts"], origin="%s layouts" % name), host,
-                          geometries, name)
+            if not checks.whole(checks.LABEL_VALUE, label):
+                raise ConfigError("config label %s is not a Kubernetes label value"
+                                  % describe(label))
+            entries = migparted.entries_from_layouts(out["layouts"], origin="%s layouts" % name)
+            check_applies(entries, host, geometries, name, valid)
             if name in plan["mig_parted"]:
-                config = migparted.load_config(plan["mig_parted"][name], origin="%s mig_parted" % name)
-                check_applies(config.select(out["config_label"]), host, geometries, name)
+                config = migparted.load_config(plan["mig_parted"][name],
+                                               origin="%s mig_parted" % name)
+                check_applies(config.select(label), host, geometries, name, valid)
         except ConfigError as e:
-            raise PlanInputError("the plan for %s is one mig_config would refuse, so nothing is planned (a bug of "
-                                 "the planner; please report it with the facts): %s" % (name, e))
+            raise PlanInputError("the plan for %s is one mig_config would refuse, so nothing "
+                                 "is planned (a bug of the planner; please report it with the "
+                                 "facts): %s" % (name, e))
 
 
 def _check_options(node_groups, exact_limit, config_label_prefix):

@@ -70,7 +70,8 @@ def profile_from_resource(resource: str) -> str | None:
 
 
 def _count(value, where):
-    # A string of up to 18 ASCII digits is a count too (extra vars and surveys give strings); " 2" is not.
+    # A string of up to 18 ASCII digits is a count too (extra vars and surveys give strings);
+    # " 2" is not.
     number = checks.count(value)
     if number is None:
         raise PlanInputError("%s: count must be a non-negative integer, got %s" % (where, describe(value)))

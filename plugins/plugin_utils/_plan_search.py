@@ -183,14 +183,15 @@ def _read_fleet(fleet, skip_unreachable):
 
 
 def _check_unique_indexes(node, gpus):
-    """A GPU index given twice in a node's facts would be planned into two entries for one GPU, which
-    mig_config refuses; the facts are refused instead (they are not what mig_facts returns)."""
+    """A GPU index given twice in a node's facts would be planned into two entries for one GPU,
+    which mig_config refuses; the facts are refused instead (they are not what mig_facts
+    returns)."""
     seen = set()
     for position, gpu in enumerate(gpus):
         if gpu["index"] in seen:
-            raise PlanInputError("%s gpus[%d]: GPU index %d is listed twice in the node's facts (mig_facts lists "
-                                 "each GPU once); run gpuops.mig.mig_facts there again"
-                                 % (node, position, gpu["index"]))
+            raise PlanInputError("%s gpus[%d]: GPU index %d is listed twice in the node's facts "
+                                 "(mig_facts lists each GPU once); run gpuops.mig.mig_facts there "
+                                 "again" % (node, position, gpu["index"]))
         seen.add(gpu["index"])
 
 

@@ -214,9 +214,9 @@ def test_a_gpu_instance_that_cannot_be_destroyed_gets_its_compute_instances_back
     assert result["failed"] is True
     assert "destroying GPU instance 1: in use by another client (processes, or services such as " \
            "nvidia-persistenced, DCGM or nvsm); its 3 compute instance(s) had been destroyed first and were " \
-           "created again at the same profiles and placements (with new MIG device UUIDs %s), so GPU " \
-           "instance 1 (3g.40gb, placement 4:4) is whole. The next run continues from here." \
-           % ", ".join(uuids_of(state)) in result["msg"], result["msg"]
+           "created again at the same profiles and placements (with new MIG device UUIDs %s), " \
+           "so GPU instance 1 (3g.40gb, placement 4:4) is whole. The next run continues from " \
+           "here." % ", ".join(uuids_of(state)) in result["msg"], result["msg"]
     assert compute_instances_of(state) == before == [(4, [(0, 0), (0, 1), (0, 2)])]
     sim.clear_faults(state)
     assert devices(run_module(mig_config, target), 0)["mig_devices"] == {"1g.10gb": 7}
@@ -231,9 +231,9 @@ def test_a_compute_instance_change_that_fails_puts_the_old_ones_back(sim_host, r
     result = run_module(mig_config, whole)
     assert result["failed"] is True
     assert result["failed_part_way"][0]["plan"]["change"], "the GPU instance is kept and its CIs changed"
-    assert "its compute instances were put back as they were (same profiles and placements, new MIG device " \
-           "UUIDs %s), so GPU instance 1 (3g.40gb, placement 4:4) is whole" % ", ".join(uuids_of(state)) \
-        in result["msg"], result["msg"]
+    assert "its compute instances were put back as they were (same profiles and placements, new " \
+           "MIG device UUIDs %s), so GPU instance 1 (3g.40gb, placement 4:4) is whole" \
+           % ", ".join(uuids_of(state)) in result["msg"], result["msg"]
     assert compute_instances_of(state) == before
     sim.clear_faults(state)
     assert devices(run_module(mig_config, whole), 0)["mig_devices"] == {"3g.40gb": 1}
