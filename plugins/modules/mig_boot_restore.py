@@ -29,6 +29,8 @@ description:
     under O(lib_dir); otherwise the files that differ are written again, their directories given back to root,
     and anything else under O(lib_dir) removed. M(gpuops.mig.mig_node_info) makes the same check.
   - The desired-state file also carries one checksum (the stamp) of everything installed.
+  - Each C(systemctl) call (C(daemon-reload), C(enable), C(disable)) may run for 120 seconds;
+    one that runs longer is killed and fails the module.
   - With the host's own driver the unit runs before kubelet and the GPU clients. With a driver under a driver
     root (the GPU Operator's driver container, which kubelet starts), it runs after boot and waits up to
     O(wait_for_driver) seconds for the driver to appear.
@@ -78,7 +80,12 @@ options:
     type: bool
     default: false
   reset:
-    description: At boot, reset idle GPUs whose new MIG mode is pending (Ampere), instead of leaving them pending.
+    description:
+      - At boot, reset idle GPUs whose new MIG mode is pending (Ampere), instead of leaving them
+        pending.
+      - A reset may take 120 seconds (as M(gpuops.mig.mig_mode)'s default C(reset_timeout)); one
+        still running then is killed and the mode left pending, and the GPUs after it are not
+        tried.
     type: bool
     default: true
   nvidia_smi:

@@ -82,8 +82,8 @@ options:
       - Seconds each GPU reset (C(nvidia-smi -r -i <bus id>), O(reset=true)) may take. A reset
         still running then is killed and reported with C(reset.reason=timed_out) and
         C(action_required=reboot) (a GPU that does not answer needs a reboot); the GPUs after it
-        are not tried (C(reset.reason=not_tried)), and a warning says what the run had changed
-        before it and what the next run does.
+        are not tried (C(reset.reason=not_tried)), and RV(msg) and a warning say what the run
+        had changed before it and what the next run does.
       - Raise it where resets take longer (GPUs behind NVSwitch, many GPUs at once).
       - A value below 1, NaN or infinite fails the module before any change.
     type: float
@@ -144,6 +144,13 @@ reboot_required:
   description: Whether at least one GPU still has a pending mode that needs a reboot (reset refused or impossible).
   returned: always
   type: bool
+msg:
+  description:
+    - When a GPU reset timed out (O(reset_timeout)), what it left, also given as a warning - the
+      reset that timed out, what the run had changed before it, the modes still pending, and what
+      the next run does.
+  returned: when a GPU reset timed out
+  type: str
 gpus:
   description:
     - Per selected GPU, C(index), C(uuid), C(name), C(pci_bus_id), C(changed), C(skipped) (reason or null),
@@ -210,6 +217,7 @@ def main():
         result = host_mode.report(nvml, records, module.check_mode)
         timed_out = host_mode.reset_timeout_message(records)
         if timed_out:
+            result["msg"] = timed_out
             module.warn(timed_out)
         if module._diff:
             result["diff"] = host_mode.diff(records)

@@ -60,6 +60,8 @@ options:
         C(nvidia-ctk --version). Its version or error is returned in RV(container_toolkit). Leave it out to skip.
       - A program and its arguments, split as a shell would split words; shell syntax (C(;), C(|), C(&), C($),
         backticks, C(<), C(>), line breaks) is refused, since no shell runs it.
+      - It may run for 120 seconds; one that runs longer is killed and reported as the error in
+        RV(container_toolkit).
     type: str
     version_added: 0.2.0
   fail_on_missing_driver:

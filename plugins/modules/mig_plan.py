@@ -53,7 +53,7 @@ options:
         mapped per GPU model to its smallest fitting base profile. C(count) (default 1). Optionally C(group)
         (an inventory group, see O(node_groups)) or C(nodes) (a list of inventory hosts) that must supply it."
       - An unknown profile, a size no GPU has, or a count that is not a non-negative integer (or a string of up to
-        18 ASCII digits, nothing else: no sign, no white space) fails the task; so do C(memory_gib)
+        18 ASCII digits, with no sign and no white space) fails the task; so do C(memory_gib)
         that is not a finite number above 0 and at most 1048576, C(compute_slices) not an integer
         from 1 to 64, and a C(strict) or C(spare) that is not a boolean.
       - A count beyond what the fleet can hold is not an error; the report shows it unmet.

@@ -158,7 +158,10 @@ def test_a_reset_that_never_returns_times_out_and_says_what_was_changed(
     assert second["reset"]["attempted"] is False and second["reset"]["reason"] == "not_tried"
     assert second["reset"]["message"] == "not tried: the reset of 00000000:07:00.0 timed out first"
     assert [len(g["destroyed"]) for g in result["gpus"]] == [1, 0]
-    warning = " ".join(warning_texts(result))
+    warning = result["msg"]
+    # Also a warning (in a module process; in-process after an action plugin ran, Ansible shows
+    # it on the controller's display instead).
+    assert warning_texts(result) in ([], [warning])
     assert "The GPU reset timed out: %s: " % A100_0 in warning
     assert ("Changed before it: %s: 1 MIG device(s) destroyed, MIG mode set to disabled; %s: MIG "
             "mode set to disabled." % (A100_0, A100_1)) in warning
@@ -175,4 +178,4 @@ def test_a_reset_that_never_returns_times_out_and_says_what_was_changed(
     assert all(g["reset"]["ok"] for g in again["gpus"])
     assert modes(state) == [{"current": 0, "pending": 0}] * 2
     assert again["reboot_required"] is False and again["reset_required"] is False
-    assert not warning_texts(again)
+    assert "msg" not in again and not warning_texts(again)
