@@ -17,6 +17,7 @@ from ansible_collections.gpuops.mig.plugins.modules import (
     mig_node_info,
 )
 from ansible_collections.gpuops.mig.tests.unit.plugins.module_utils.test__input import no_hang
+from ansible_collections.gpuops.mig.tests.unit.plugins.module_utils.test__nvml import process_gone
 from ansible_collections.gpuops.mig.tests.unit.plugins.modules.test_mig_mode import (
     make_layout,
     modes,
@@ -152,8 +153,10 @@ def test_a_reset_that_never_returns_times_out_and_says_what_was_changed(
     first, second = result["gpus"]
     assert first["reset"]["attempted"] is True and first["reset"]["ok"] is False
     assert first["reset"]["reason"] == "timed_out"
-    assert first["reset"]["message"] == ("%s -r -i 00000000:07:00.0 did not finish within 1 s and "
-                                         "was stopped (SIGKILL)" % smi)
+    # "and was stopped (SIGKILL)"; on a machine too loaded to end it within 5 s, "and did not end
+    # when killed (PID n is left)".
+    assert first["reset"]["message"].startswith("%s -r -i 00000000:07:00.0 did not finish within 1 s "
+                                                "and " % smi)
     assert first["action_required"] == "reboot" and "reset_timeout" in first["hint"]
     assert second["reset"]["attempted"] is False and second["reset"]["reason"] == "not_tried"
     assert second["reset"]["message"] == "not tried: the reset of 00000000:07:00.0 timed out first"
@@ -170,8 +173,7 @@ def test_a_reset_that_never_returns_times_out_and_says_what_was_changed(
             in warning)
     assert modes(state) == [{"current": 1, "pending": 0}] * 2
     # The hung nvidia-smi and its child were killed with their process group.
-    for pid in pids.read_text().split():
-        assert not os.path.exists("/proc/%s" % pid) or " Z " in open("/proc/%s/stat" % pid).read()
+    assert all(process_gone(pid) for pid in pids.read_text().split())
     # The next run changes no mode; with a working nvidia-smi it resets both.
     ansible_warnings._global_warnings.clear()
     again = run_module(mig_mode, {"mode": "disabled", "reset": True})
