@@ -155,8 +155,8 @@ def test_a_reset_that_never_returns_times_out_and_says_what_was_changed(
     assert first["reset"]["reason"] == "timed_out"
     # "and was stopped (SIGKILL)"; on a machine too loaded to end it within 5 s, "and did not end
     # when killed (PID n is left)".
-    assert first["reset"]["message"].startswith("%s -r -i 00000000:07:00.0 did not finish within 1 s "
-                                                "and " % smi)
+    message = first["reset"]["message"]
+    assert message.startswith("%s -r -i 00000000:07:00.0 did not finish within 1 s and " % smi)
     assert first["action_required"] == "reboot" and "reset_timeout" in first["hint"]
     assert second["reset"]["attempted"] is False and second["reset"]["reason"] == "not_tried"
     assert second["reset"]["message"] == "not tried: the reset of 00000000:07:00.0 timed out first"
