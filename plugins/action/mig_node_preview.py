@@ -279,12 +279,13 @@ class ActionModule(ActionBase):
     def _read_file(self, path):
         # As the file lookup finds it (the role's files/, the playbook's directory, or an absolute path);
         # the module parses the text, so a key defined twice is refused rather than silently dropped.
+        # Read as the modules read config_file: a regular file only (a FIFO would hang the play),
+        # within the limit on a config's size, every error a refusal naming the variable.
         try:
             found = self._find_needle("files", path)
-            with open(found, "rb") as handle:
-                return handle.read().decode("utf-8")
-        except (AnsibleError, OSError, UnicodeDecodeError) as e:
+        except (AnsibleError, ValueError) as e:
             raise RefusedError("mig_node_config_file %s cannot be read: %s" % (path, e))
+        return migparted.read_config_file(found, "mig_node_config_file")
 
     def _read(self, host, args, module_args, task_vars, result):
         """gpuops.mig.mig_node_info once; with nvidia-ml-py missing and preflight.install_nvml, pip installs it

@@ -30,6 +30,11 @@ options:
   config_file:
     description:
       - Path, on the managed host, of a mig-parted v1 config file.
+      - It must be a regular file (a link to one is followed). A FIFO, a socket, a device or a
+        directory is refused before it is opened, as is a file larger than the 1 MiB a config may
+        have; a path that cannot be read (missing, no permission, a NUL byte in it) or text that is
+        not UTF-8 fails the module with a message naming O(config_file) and the path, before any
+        change.
     type: path
   layouts:
     description:

@@ -17,6 +17,9 @@ options:
         in the C(0xDDDDVVVV) form used by mig-parted's C(device-filter) (every GPU of that
         model, for example V(0x20B010DE)), or a PCI bus ID (V(0000:07:00.0)).
       - A selector that matches no GPU is an error, and nothing is changed.
+      - An index is ASCII digits only; digits of other scripts (Arabic-Indic, fullwidth) are no
+        selector. Spaces around an item are dropped (Ansible splits V(0, 1) into V(0) and V( 1));
+        any other white space, such as a trailing newline, makes the item no selector.
     type: list
     elements: str
     default: [all]

@@ -42,7 +42,6 @@ import json
 import os
 import shutil
 import stat
-import subprocess
 import sys
 import tempfile
 import time
@@ -79,7 +78,7 @@ EXIT_OK, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_PENDING = 0, 1, 2, 3
 # tests/unit/plugins/module_utils/test__boot_restore.py keeps it equal to what the imports say.
 ENGINE_MODULES = tuple("%s.%s" % (PACKAGE, name) for name in (
     "_boot_restore", "_bounded_yaml", "_cdi", "_errors", "_gpu_layout", "_gpu_selection", "_host_layout",
-    "_host_mode", "_migparted", "_nvidia_caps", "_nvml"))
+    "_host_mode", "_input", "_migparted", "_nvidia_caps", "_nvml"))
 
 
 def engine_sources(read_source: Callable[[str], str] | None = None) -> dict[str, str]:
@@ -506,12 +505,6 @@ def log(message: str) -> None:
     sys.stdout.flush()
 
 
-def run_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[int, str, str]:
-    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                          env=dict(os.environ, **env) if env else None, check=False)
-    return proc.returncode, proc.stdout, proc.stderr
-
-
 def open_session(desired: Mapping[str, Any]) -> nvml_lib.Nvml:
     """An NVML session, waiting up to wait_for_driver seconds for a driver that is not there yet."""
     deadline = time.monotonic() + float(desired.get("wait_for_driver") or 0)
@@ -546,7 +539,7 @@ def restore(desired: Mapping[str, Any], dry_run: bool = False) -> int:
                                                nvml_lib.mode_name(record["desired"])))
         host_mode.apply(nvml, records, check_mode=dry_run)
         if desired.get("reset", True) and not dry_run:
-            host_mode.reset_pending(nvml, records, run_command,
+            host_mode.reset_pending(nvml, records, nvml_lib.timed_run(nvml_lib.RESET_TIMEOUT),
                                     nvml.driver.smi_command(desired.get("nvidia_smi") or "nvidia-smi"))
             for record in records:
                 reset = record["reset"]
@@ -593,7 +586,8 @@ def fresh_device_files(desired: Mapping[str, Any], dry_run: bool = False) -> int
     spec = cdi.spec_in_use(desired.get("cdi_spec_paths") or [])
     if spec:
         try:
-            changed = cdi.refresh(spec, run_command, check_mode=dry_run)
+            run = nvml_lib.timed_run(nvml_lib.PROGRAM_TIMEOUT)
+            changed = cdi.refresh(spec, run, check_mode=dry_run)
             log("CDI spec %s: %s" % (spec, ("would be regenerated" if dry_run else "regenerated") if changed
                                      else "already lists the current devices"))
         except errors.GpuopsError as e:

@@ -46,6 +46,8 @@ def refresh(path: str, run: Callable[..., tuple[int, str, str]], command: str = 
         argv = [command, "cdi", "generate", "--output=%s" % generated]
         try:
             rc, out, err = run(argv)
+        except TimeoutError as e:     # _nvml.ProgramTimedOut: killed at its timeout
+            raise CdiError("%s. The CDI spec %s was left as it is." % (e, path))
         except OSError as e:
             raise CdiError("%s cannot run: %s. The CDI spec %s was left as it is." % (command, e, path))
         if rc != 0 or not os.path.isfile(generated):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import traceback
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, NoReturn
+from typing import Any, Iterator, NoReturn
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
@@ -106,11 +106,3 @@ def nvml_session(module: AnsibleModule, **result: Any) -> Iterator[Nvml]:
             yield nvml
     except GpuopsError as e:
         fail_from(module, e, **result)
-
-
-def module_run_command(module: AnsibleModule) -> Callable[..., tuple[int, str, str]]:
-    """Adapter from AnsibleModule.run_command to the ``run(argv, env) -> (rc, out, err)`` the engine
-    uses; a program that cannot run raises OSError to the engine instead of ending the module."""
-    def run(argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str, str]:
-        return module.run_command(argv, environ_update=env, handle_exceptions=False)
-    return run

@@ -12,7 +12,7 @@ only _common.fail_from turns an error into the module's failure.
 from __future__ import annotations
 
 import reprlib
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 
 class GpuopsError(Exception):
@@ -64,13 +64,16 @@ class NvmlError(GpuopsError):
     """An NVML failure, phrased for a person.
 
     ``code`` is NVML's return code and ``name`` its pynvml name (NVML_ERROR_IN_USE), when known.
+    ``recreated`` lists the MIG device UUIDs of compute instances created again after the
+    failure (the put-back of Nvml.destroy_gpu_instance): the failure did change something.
     """
 
     def __init__(self, message: str, code: int | None = None, name: str | None = None, report: Any = None,
-                 details: Mapping[str, Any] | None = None) -> None:
+                 details: Mapping[str, Any] | None = None, recreated: Sequence[str] = ()) -> None:
         super(NvmlError, self).__init__(message, report, details)
         self.code = code
         self.name = name
+        self.recreated = list(recreated)
 
 
 class MissingLibrary(NvmlError):

@@ -13,20 +13,23 @@ import re
 from typing import Any, Iterable, Mapping, Sequence
 
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import SelectionError, excerpt
+from ansible_collections.gpuops.mig.plugins.module_utils._input import pattern, whole
 
-_INDEX = re.compile(r"^\d+$")
+# ASCII digits only: "\u0661" (Arabic-Indic) or "\uff11" (fullwidth) is not GPU 1.
+_INDEX = pattern(r"[0-9]+")
 # More digits than any GPU index has (and than int() reads: Python refuses over 4300).
 _MAX_INDEX_DIGITS = 6
 _NOT_A_SELECTOR = ("%s is not a GPU selector: use all, an index (0), a GPU UUID (GPU-...), "
                    "a PCI device ID (0x20B010DE) or a PCI bus ID (0000:07:00.0)")
-_DEVICE_ID = re.compile(r"^0x[0-9a-fA-F]{8}$")
-_UUID = re.compile(r"^GPU-\S+$", re.IGNORECASE)
-_BUS_ID = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
+_DEVICE_ID = pattern(r"0x[0-9a-fA-F]{8}")
+# Printable ASCII after GPU- (NVML's UUIDs are hex and dashes).
+_UUID = pattern(r"GPU-[!-~]+", re.IGNORECASE)
+_BUS_ID = pattern(r"(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")
 
 
 def normalize_bus_id(text: str) -> str | None:
     """'07:00.0', '0000:07:00.0' and '00000000:07:00.0' all name the same GPU."""
-    m = _BUS_ID.match(text.strip())
+    m = whole(_BUS_ID, text)
     if not m:
         return None
     domain = int(m.group(1) or "0", 16)
@@ -58,9 +61,11 @@ def explicitly_selected(gpus: Sequence[Mapping[str, Any]], selectors: Iterable[s
 
 
 def _selector_text(raw):
-    """A selector as text; an int is an index (Ansible passes text, the engine's callers may not)."""
+    """A selector as text; an int is an index (Ansible passes text, the engine's callers may not).
+    Spaces around it are dropped (Ansible splits the string "0, 1" into "0" and " 1"); any other
+    white space, a trailing newline say, is part of it and makes it no selector."""
     if isinstance(raw, str):
-        return raw.strip()
+        return raw.strip(" ")
     if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw < 10 ** _MAX_INDEX_DIGITS:
         return str(raw)
     raise SelectionError(_NOT_A_SELECTOR % excerpt(raw))
@@ -70,18 +75,18 @@ def _match(gpus, sel):
     """(kind, matching GPUs) for one selector; SelectionError if malformed or unmatched."""
     if sel.lower() == "all":
         return "all", list(gpus)
-    if _INDEX.match(sel):
+    if whole(_INDEX, sel):
         matched = [g for g in gpus if len(sel) <= _MAX_INDEX_DIGITS and g["index"] == int(sel)]
         if not matched:
             raise SelectionError("GPU index %s does not exist on this host (it has %s)"
                                  % (excerpt(sel, quote=False), _describe_indexes(gpus)))
         return "index", matched
-    if _UUID.match(sel):
+    if whole(_UUID, sel):
         matched = [g for g in gpus if g["uuid"].lower() == sel.lower()]
         if not matched:
             raise SelectionError("no GPU with UUID %s on this host" % excerpt(sel, quote=False))
         return "uuid", matched
-    if _DEVICE_ID.match(sel):
+    if whole(_DEVICE_ID, sel):
         matched = [g for g in gpus if g["pci_device_id"].lower() == sel.lower()]
         if not matched:
             raise SelectionError("no GPU with PCI device ID %s on this host" % sel)

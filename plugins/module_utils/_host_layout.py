@@ -307,6 +307,7 @@ def _change_compute_instances(nvml, item, change):
 def _undo_change(nvml, item, change, gone, made):
     """Destroy the compute instances just made and create the destroyed ones again; what happened."""
     where = nvml.describe_gpu_instance(item.index, change.gi.gi_id)
+    kept = set(nvml.gpu_instance_uuids(item.index, change.gi.gi_id))
     try:
         for ci, ci_id in made:
             nvml.destroy_compute_instance(item.index, change.gi.gi_id, ci_id)
@@ -318,8 +319,12 @@ def _undo_change(nvml, item, change, gone, made):
         return ("putting its compute instances back as they were failed (%s): %s of %s may be left without some "
                 "of its compute instances until the next run, which creates the ones the layout asks for"
                 % (e, where, item.label))
-    return ("its compute instances were put back as they were (same profiles and placements%s), so %s is whole"
-            % (", new MIG device UUIDs" if gone else "", where))
+    uuids = ""
+    if gone:
+        new = [u for u in nvml.gpu_instance_uuids(item.index, change.gi.gi_id) if u not in kept]
+        uuids = ", new MIG device UUIDs%s" % (" " + ", ".join(new) if new else "")
+    return ("its compute instances were put back as they were (same profiles and placements%s), "
+            "so %s is whole" % (uuids, where))
 
 
 def _remove_half_made(nvml, item, gi_id, error):

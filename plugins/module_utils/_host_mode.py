@@ -154,6 +154,8 @@ def apply(nvml: Nvml, records: list[dict[str, Any]], check_mode: bool = False, f
         try:
             _set_mode(nvml, record, force_timeout)
         except NvmlError as e:
+            if e.recreated:     # the put-back of a failed destroy (Nvml.destroy_gpu_instance)
+                record["recreated"] = list(e.recreated)
             raise ApplyError("MIG mode change failed part-way: %s. %s" % (e, _next_run(records)),
                              public(records)) from e
 
@@ -171,16 +173,35 @@ def _set_mode(nvml, record, force_timeout):
 
 
 def _next_run(records):
+    done = _done_text(records, "Done before the failure")
+    if done is None:
+        return "Nothing was changed; the next run tries again."
+    return "%s The next run sets the modes still missing." % done
+
+
+def _done_text(records, heading):
+    """'<heading>: GPU 0 (...): ...; GPU 1 (...): ...' for what the run changed, per GPU (None:
+    nothing). Compute instances put back after a failed destroy count: their MIG device UUIDs
+    are new."""
     done = []
     for r in records:
+        parts = []
+        if r["terminated_pids"]:
+            parts.append("%d process(es) terminated" % len(r["terminated_pids"]))
+        if r["destroyed"]:
+            parts.append("%d MIG device(s) destroyed" % len(r["destroyed"]))
+        if r.get("recreated"):
+            parts.append("compute instances put back with new MIG device UUIDs %s"
+                         % ", ".join(r["recreated"]))
         if r["activation_status"] is not None:
-            done.append("%s: MIG mode set to %s" % (r["label"], mode_name(r["desired"])))
-        elif r["destroyed"] or r["terminated_pids"]:
-            done.append("%s: %d MIG device(s) destroyed, %d process(es) terminated, mode not set"
-                        % (r["label"], len(r["destroyed"]), len(r["terminated_pids"])))
+            parts.append("MIG mode set to %s" % mode_name(r["desired"]))
+        elif parts:
+            parts.append("mode not set")
+        if parts:
+            done.append("%s: %s" % (r["label"], ", ".join(parts)))
     if not done:
-        return "Nothing was changed; the next run tries again."
-    return "Done before the failure: %s. The next run sets the modes still missing." % "; ".join(done)
+        return None
+    return "%s: %s." % (heading, "; ".join(done))
 
 
 def reset_command(nvml: Nvml, records: list[dict[str, Any]], nvidia_smi: str = "nvidia-smi") -> tuple[str, dict[str, str]]:
@@ -241,8 +262,24 @@ def reset_pending(nvml: Nvml, records: list[dict[str, Any]], run_command: Callab
     nvml.forget_handles()
     for record in pending:
         ok, reason, message = outcome[record["pci_bus_id"]]
-        record["reset"].update(attempted=True, ok=ok, reason=reason, message=message)
+        record["reset"].update(attempted=reason != "not_tried", ok=ok, reason=reason,
+                               message=message)
         record["changed"] = record["changed"] or ok
+
+
+def reset_timeout_message(records: list[dict[str, Any]]) -> str | None:
+    """After reset_pending() and report(): what a reset that timed out leaves, for a warning
+    (None when no reset timed out). Names the reset, what the run had changed before it, and
+    what comes next."""
+    timed_out = [r for r in records if r["reset"]["reason"] == "timed_out"]
+    if not timed_out:
+        return None
+    resets = "; ".join("%s: %s" % (r["label"], r["reset"]["message"]) for r in timed_out)
+    pending = "; ".join(pending_labels(records)) or "none"
+    done = _done_text(records, "Changed before it") or "The run changed nothing before it."
+    return ("The GPU reset timed out: %s. %s Still pending: %s. A reboot applies the pending "
+            "modes (reboot_required is true); the next run changes no mode again and, with "
+            "reset=true, tries the reset again." % (resets, done, pending))
 
 
 def report(nvml: Nvml, records: list[dict[str, Any]], check_mode: bool = False) -> dict[str, Any]:

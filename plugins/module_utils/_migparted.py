@@ -13,7 +13,6 @@ from __future__ import annotations
 #
 # The schema follows mig-parted v0.15.0 (api/spec/v1): see docs/planner.md.
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
@@ -21,6 +20,7 @@ from typing import Any, Iterable, Sequence
 from ansible_collections.gpuops.mig.plugins.module_utils import _bounded_yaml as bounded_yaml
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError, excerpt
 from ansible_collections.gpuops.mig.plugins.module_utils._gpu_layout import PinnedGi
+from ansible_collections.gpuops.mig.plugins.module_utils._input import pattern, read_file, whole
 
 __all__ = [
     "ConfigError",
@@ -44,10 +44,10 @@ CI_ITEM_KEYS = ("profile", "placement")
 PLACEMENT_KEYS = ("start", "size")
 
 # [Nc.]Ng.Mgb followed by +attr (repeatable, e.g. +me, +me.all, +gfx) or a single -attr (e.g. -me).
-_PROFILE_NAME = re.compile(
-    r"^(?:(?P<c>[1-9][0-9]*)c\.)?(?P<g>[1-9][0-9]*)g\.[1-9][0-9]*gb"
-    r"(?:(?:\+[a-z]+(?:\.[a-z]+)*)+|-[a-z]+(?:\.[a-z]+)*)?$")
-_PCI_ID = re.compile(r"^0[xX][0-9a-fA-F]{8}$")
+_PROFILE_NAME = pattern(
+    r"(?:(?P<c>[1-9][0-9]*)c\.)?(?P<g>[1-9][0-9]*)g\.[1-9][0-9]*gb"
+    r"(?:(?:\+[a-z]+(?:\.[a-z]+)*)+|-[a-z]+(?:\.[a-z]+)*)?")
+_PCI_ID = pattern(r"0[xX][0-9a-fA-F]{8}")
 # Longer names are not profiles (and their slice counts would not be small ints).
 _MAX_PROFILE_CHARS = 64
 # How many items of a list a message shows.
@@ -191,17 +191,12 @@ def load_config(source: str | bytes | Mapping[str, Any], origin: str = "mig-part
     return MigPartedConfig(origin, parsed)
 
 
-def read_config_file(path: str) -> str:
-    """The text of a config file on this host, read no further than the limit on a config's size;
-    ConfigError when it cannot be read, is larger, or is not UTF-8 text."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(bounded_yaml.MAX_CHARS + 1)
-    except (IOError, OSError) as e:
-        raise ConfigError("cannot read the mig-parted config %s: %s" % (path, e))
-    if len(data) > bounded_yaml.MAX_CHARS:
-        raise ConfigError("%s: more than %d bytes, the most a config may have" % (path, bounded_yaml.MAX_CHARS))
-    return _utf8_text(data, path)
+def read_config_file(path: str, option: str = "config_file") -> str:
+    """The text of a config file on this host (the value of ``option``), read no further than
+    the limit on a config's size; ConfigError naming the option and the path when it is not a
+    regular file, cannot be read, is larger, or is not UTF-8 text (_input.read_file: a FIFO or a
+    device is never opened)."""
+    return read_file(path, option, bounded_yaml.MAX_CHARS)
 
 
 def _utf8_text(data, origin):
@@ -404,7 +399,7 @@ def _profile_match(name):
     """The match of a well-formed profile name, None for anything else."""
     if not isinstance(name, str) or len(name) > _MAX_PROFILE_CHARS:
         return None
-    return _PROFILE_NAME.match(name)
+    return whole(_PROFILE_NAME, name)
 
 
 def _parse_placement(value, label, where):
@@ -545,7 +540,7 @@ def _pci_id_or_none(value):
     # An unquoted 0x20B010DE in YAML 1.1 arrives as an int.
     if isinstance(value, int) and not isinstance(value, bool):
         return "0x%08X" % value if 0 <= value <= 0xFFFFFFFF else None
-    if isinstance(value, str) and _PCI_ID.match(value):
+    if whole(_PCI_ID, value):
         return "0x" + value[2:].upper()
     return None
 

@@ -21,6 +21,7 @@ import os
 import stat
 from typing import Any, Callable, Sequence
 
+from ansible_collections.gpuops.mig.plugins.module_utils import _input as checks
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import ApplyError, GpuopsError
 
 CAPABILITIES = ("proc", "driver", "nvidia", "capabilities")
@@ -56,7 +57,7 @@ def caps_major(root: str | None) -> int | None:
     section = text.split("Block devices:")[0]
     for line in section.splitlines():
         fields = line.split()
-        if len(fields) == 2 and fields[1] == MAJOR_NAME and fields[0].isdigit():
+        if len(fields) == 2 and fields[1] == MAJOR_NAME and checks.count(fields[0]) is not None:
             return int(fields[0])
     return None
 
@@ -105,7 +106,7 @@ def node_path(root: str | None, minor: int) -> str:
 
 def _node_minor(name):
     digits = name[len(NODE_PREFIX):]
-    return int(digits) if name.startswith(NODE_PREFIX) and digits.isdigit() else None
+    return checks.count(digits) if name.startswith(NODE_PREFIX) else None
 
 
 def plan(root: str | None, lstat: Callable[[str], os.stat_result] = os.lstat,

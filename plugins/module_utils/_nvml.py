@@ -24,6 +24,8 @@ import ctypes
 import math
 import os
 import shutil
+import signal
+import subprocess
 import traceback
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -678,13 +680,15 @@ class Nvml(object):
         except NvmlError as e:
             if not destroyed:
                 raise
-            raise NvmlError("%s; %s" % (e, self._put_back_compute_instances(index, gi_id, destroyed)),
-                            e.code, e.name) from e
+            text, recreated = self._put_back_compute_instances(index, gi_id, destroyed)
+            raise NvmlError("%s; %s" % (e, text), e.code, e.name, recreated=recreated) from e
 
     def _put_back_compute_instances(self, index, gi_id, destroyed):
-        """Create the destroyed compute instances of a GPU instance again; what happened, for a person."""
+        """Create the destroyed compute instances of a GPU instance again: (what happened, for a
+        person; the MIG device UUIDs of the compute instances created again, all of them new)."""
         label = self.gpu(index)["label"]
         where = self.describe_gpu_instance(index, gi_id)
+        kept = set(self.gpu_instance_uuids(index, gi_id))   # what the failure left alone
         made = []
         try:
             gi = self._gi_handle(index, gi_id)
@@ -697,12 +701,26 @@ class Nvml(object):
                            pynvml.byref(placement))
                 made.append(start)
         except NvmlError as e:
+            uuids = [u for u in self.gpu_instance_uuids(index, gi_id) if u not in kept]
             return ("its %d compute instance(s) had been destroyed first, and putting them back failed (%s): "
-                    "%s of %s is left with %d of its %d compute instance(s) until the "
+                    "%s of %s is left with %d of its %d compute instance(s)%s until the "
                     "next run, which destroys it or, where the layout keeps it, creates its compute instances"
-                    % (len(destroyed), e, where, label, len(made), len(destroyed)))
+                    % (len(destroyed), e, where, label, len(made), len(destroyed),
+                       " (new MIG device UUIDs %s)" % ", ".join(uuids) if uuids else ""), uuids)
+        uuids = [u for u in self.gpu_instance_uuids(index, gi_id) if u not in kept]
         return ("its %d compute instance(s) had been destroyed first and were created again at the same profiles "
-                "and placements (with new MIG device UUIDs), so %s is whole" % (len(destroyed), where))
+                "and placements (with new MIG device UUIDs%s), so %s is whole"
+                % (len(destroyed), " " + ", ".join(uuids) if uuids else "", where), uuids)
+
+    def gpu_instance_uuids(self, index: int, gi_id: int) -> list[str]:
+        """The MIG device UUIDs of one GPU instance, by compute instance ID ([] when NVML does
+        not tell)."""
+        try:
+            devices = self.mig_devices(index)
+        except NvmlError:
+            return []
+        return [devices[key]["uuid"] for key in sorted(devices)
+                if key[0] == gi_id and devices[key]["uuid"]]
 
     def describe_gpu_instance(self, index: int, gi_id: int) -> str:
         """'GPU instance 3 (3g.40gb, placement 4:4)' as far as NVML still tells."""
@@ -804,6 +822,64 @@ def _shell_syntax(value):
     return " ".join(repr(c) for c in _SHELL_SYNTAX if c in value)
 
 
+# How long a program the modules run may take, by default: a GPU reset (nvidia-smi -r,
+# mig_mode's reset_timeout), and the other programs (nvidia-ctk, systemctl), which have no option.
+RESET_TIMEOUT = 120.0
+PROGRAM_TIMEOUT = 120.0
+# How long a program killed at its timeout may take to end (one stuck in the driver may never).
+_KILL_GRACE = 5.0
+
+
+class ProgramTimedOut(TimeoutError):
+    """A program did not finish within its timeout and was killed (a TimeoutError, so an
+    OSError: it did not run to its end).
+
+    ``ended`` says whether it ended when killed; a process stuck in the driver (a GPU that does
+    not answer) may not, and is left behind, named by ``pid``."""
+
+    def __init__(self, argv: Sequence[str], timeout: float, pid: int, ended: bool) -> None:
+        self.argv, self.timeout, self.pid, self.ended = list(argv), timeout, pid, ended
+        what = ("was stopped (SIGKILL)" if ended
+                else "did not end when killed (PID %d is left)" % pid)
+        super(ProgramTimedOut, self).__init__("%s did not finish within %g s and %s"
+                                              % (" ".join(argv), timeout, what))
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def run_program(argv: Sequence[str], env: Mapping[str, str] | None = None,
+                timeout: float = PROGRAM_TIMEOUT) -> tuple[int, str, str]:
+    """Run ``argv`` (no shell; ``env`` added to this process's environment) for at most
+    ``timeout`` seconds: (exit status, stdout, stderr). OSError when it cannot start;
+    ProgramTimedOut, after killing it and its process group, when it runs longer. stdin is
+    /dev/null, so a program that asks for input waits for nothing."""
+    proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=dict(os.environ, **env) if env else None,
+                            start_new_session=True, universal_newlines=True, errors="replace")
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            proc.communicate(timeout=_KILL_GRACE)
+        except subprocess.TimeoutExpired:
+            raise ProgramTimedOut(argv, timeout, proc.pid, False) from None
+        raise ProgramTimedOut(argv, timeout, proc.pid, True) from None
+    return proc.returncode, out, err
+
+
+def timed_run(timeout: float) -> Callable[..., tuple[int, str, str]]:
+    """``run(argv, env=None)`` for the engine (reset_gpus, _cdi.refresh): run_program with
+    ``timeout``."""
+    def run(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[int, str, str]:
+        return run_program(argv, env, timeout)
+    return run
+
+
 # -- GPU reset ---------------------------------------------------------------
 
 def classify_reset_failure(text: str) -> str:
@@ -824,6 +900,11 @@ RESET_HINTS = {
     "not_supported": "this host cannot reset the GPU (typically a VM with passthrough): a reboot is needed",
     "primary": "the GPU drives the display: a reboot is needed",
     "cannot_run": "nvidia-smi could not run (check nvidia_smi and the driver root); a reboot applies the mode too",
+    "timed_out": ("nvidia-smi -r did not finish within reset_timeout and was stopped (a GPU "
+                  "that does not answer, or a reset that needs longer): reboot the node; the "
+                  "next run with reset=true tries the reset again"),
+    "not_tried": ("not tried, because the reset of another GPU timed out first: reboot the "
+                  "node, or run again with reset=true"),
     "other": "retry, or reboot the node",
 }
 
@@ -833,16 +914,26 @@ def reset_gpus(bus_ids: Iterable[str], run_command: Callable[..., tuple[int, str
                ) -> dict[str, tuple[bool, str | None, str]]:
     """Reset the given GPUs with ``nvidia-smi -r -i``; the mechanism that exists in the field.
 
-    ``run_command(argv, env) -> (rc, stdout, stderr)``, raising OSError when the program
-    cannot run; ``nvidia_smi`` is (executable, extra environment), see Driver.smi_command.
-    Returns {bus_id: (ok, reason, message)} where reason is None on success, else one
-    of classify_reset_failure()'s values or "cannot_run".
+    ``run_command(argv, env) -> (rc, stdout, stderr)`` (timed_run), raising OSError when the
+    program cannot run and TimeoutError (ProgramTimedOut) when it runs past its timeout;
+    ``nvidia_smi`` is (executable, extra environment), see Driver.smi_command. Returns
+    {bus_id: (ok, reason, message)} where reason is None on success, else one of
+    classify_reset_failure()'s values, "cannot_run" or "timed_out". After a reset that timed
+    out the GPUs after it are not tried ("not_tried"): a stuck GPU must not cost each of them
+    the whole timeout too.
     """
     executable, env = nvidia_smi
+    bus_ids = list(bus_ids)
     results = {}
-    for bus_id in bus_ids:
+    for position, bus_id in enumerate(bus_ids):
         try:
             rc, out, err = run_command([executable, "-r", "-i", bus_id], env or None)
+        except TimeoutError as exc:
+            results[bus_id] = (False, "timed_out", str(exc))
+            for later in bus_ids[position + 1:]:
+                results[later] = (False, "not_tried",
+                                  "not tried: the reset of %s timed out first" % bus_id)
+            break
         except OSError as exc:
             results[bus_id] = (False, "cannot_run", "%s could not run: %s" % (executable, exc.strerror or exc))
             continue

@@ -25,6 +25,7 @@ import os
 import stat
 from typing import Any, Iterable, Mapping
 
+from ansible_collections.gpuops.mig.plugins.module_utils import _input as checks
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import AllocationsUnreadable
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
@@ -56,7 +57,7 @@ def split_device_id(device_id: str) -> tuple[str | None, int | None]:
     uuid, _sep, replica = device_id.partition(REPLICA_SEPARATOR)
     if not uuid.startswith(DEVICE_PREFIXES):
         return None, None
-    return uuid, (int(replica) if replica.isdigit() else None)
+    return uuid, checks.count(replica)
 
 
 def allocations_from(answer: Any) -> list[dict[str, str]]:

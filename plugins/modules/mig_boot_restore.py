@@ -29,6 +29,8 @@ description:
     under O(lib_dir); otherwise the files that differ are written again, their directories given back to root,
     and anything else under O(lib_dir) removed. M(gpuops.mig.mig_node_info) makes the same check.
   - The desired-state file also carries one checksum (the stamp) of everything installed.
+  - Each C(systemctl) call (C(daemon-reload), C(enable), C(disable)) may run for 120 seconds;
+    one that runs longer is killed and fails the module.
   - With the host's own driver the unit runs before kubelet and the GPU clients. With a driver under a driver
     root (the GPU Operator's driver container, which kubelet starts), it runs after boot and waits up to
     O(wait_for_driver) seconds for the driver to appear.
@@ -78,7 +80,12 @@ options:
     type: bool
     default: false
   reset:
-    description: At boot, reset idle GPUs whose new MIG mode is pending (Ampere), instead of leaving them pending.
+    description:
+      - At boot, reset idle GPUs whose new MIG mode is pending (Ampere), instead of leaving them
+        pending.
+      - A reset may take 120 seconds (as M(gpuops.mig.mig_mode)'s default C(reset_timeout)); one
+        still running then is killed and the mode left pending, and the GPUs after it are not
+        tried.
     type: bool
     default: true
   nvidia_smi:
@@ -99,6 +106,7 @@ options:
     description:
       - Seconds the restore waits at boot for the driver to appear. Defaults to 900 when O(driver_root) names a
         driver root (a driver container comes up after kubelet), else 0.
+      - A negative value fails the module before any file is written.
     type: int
   before:
     description:
@@ -190,11 +198,13 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.mig.plugins.module_utils import _boot_restore as boot_restore
 from ansible_collections.gpuops.mig.plugins.module_utils._common import fail_from
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError
+from ansible_collections.gpuops.mig.plugins.module_utils._input import seconds
 from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
     DRIVER_ROOT_AUTO,
     check_driver_root,
     check_program,
     find_program,
+    run_program,
 )
 
 
@@ -212,6 +222,8 @@ def check_programs(params):
     up now: under a driver container's root it appears only once the driver is up after boot."""
     check_driver_root(params["driver_root"])
     check_program(params["nvidia_smi"], "nvidia_smi")
+    if params["wait_for_driver"] is not None:
+        seconds(params["wait_for_driver"], "wait_for_driver")
     if params["python"] is not None:   # the launcher's #! line: an absolute path
         find_program(params["python"], "python", absolute=True)
 
@@ -270,7 +282,11 @@ def systemctl(module, *args, **kwargs):
     """Runs systemctl (not in check mode, except for queries)."""
     if module.check_mode and args[0] != "is-enabled":
         return 0, "", ""
-    rc, out, err = module.run_command([module.get_bin_path("systemctl", required=True)] + list(args))
+    argv = [module.get_bin_path("systemctl", required=True)] + list(args)
+    try:
+        rc, out, err = run_program(argv)      # at most PROGRAM_TIMEOUT seconds
+    except OSError as e:                      # cannot run, or killed at its timeout
+        module.fail_json(msg="systemctl %s failed: %s" % (" ".join(args), e))
     if rc != 0 and kwargs.get("check", True):
         module.fail_json(msg="systemctl %s failed: %s" % (" ".join(args), (err or out).strip()), rc=rc)
     return rc, out, err

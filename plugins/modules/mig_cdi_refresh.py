@@ -18,6 +18,8 @@ description:
     C(nvidia-ctk cdi generate), to the same path and format, and replaces it only when it differs (C(changed)).
     A host without any of them uses no CDI spec, and nothing is done.
   - The new spec is generated outside the spec directory first, and renamed into place keeping the old file's mode.
+  - C(nvidia-ctk cdi generate) may run for 120 seconds; one that runs longer is killed and the
+    module fails, leaving the spec as it was.
   - Under the GPU Operator its toolkit regenerates the spec itself; the M(gpuops.mig.mig_node) role does not call
     this module there.
 author:
@@ -62,8 +64,9 @@ spec:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _cdi as cdi
-from ansible_collections.gpuops.mig.plugins.module_utils._common import fail_from, module_run_command
+from ansible_collections.gpuops.mig.plugins.module_utils._common import fail_from
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError
+from ansible_collections.gpuops.mig.plugins.module_utils._nvml import PROGRAM_TIMEOUT, timed_run
 
 
 def main():
@@ -79,7 +82,8 @@ def main():
         module.exit_json(changed=False, spec=None, msg="No CDI spec here (%s): nothing to regenerate."
                          % ", ".join(module.params["spec_paths"]))
     try:
-        changed = cdi.refresh(path, module_run_command(module), module.params["command"], module.check_mode)
+        changed = cdi.refresh(path, timed_run(PROGRAM_TIMEOUT), module.params["command"],
+                              module.check_mode)
     except GpuopsError as e:
         fail_from(module, e, changed=False, spec=path)
     module.exit_json(changed=changed, spec=path,

@@ -65,6 +65,7 @@ options:
   force_timeout:
     description:
       - Seconds to wait after SIGTERM before SIGKILL when O(force=true).
+      - A negative, NaN or infinite value fails the module before any change.
     type: float
     default: 10
 """
@@ -172,6 +173,7 @@ from ansible_collections.gpuops.mig.plugins.module_utils._common import (
     allocations_of,
     nvml_session,
 )
+from ansible_collections.gpuops.mig.plugins.module_utils._input import seconds
 from ansible_collections.gpuops.mig.plugins.module_utils._podresources import holders_by_device
 
 
@@ -190,6 +192,7 @@ def main():
     # Read before planning: a device a pod holds is kept like one with processes.
     allocations = allocations_of(module)
     with nvml_session(module, **allocations) as nvml:
+        seconds(p["force_timeout"], "force_timeout")
         entries = host_layout.load_entries(p["config"], p["config_file"], p["config_name"], p["layouts"])
         resolution, gpus = host_layout.resolve(nvml, entries, p["allow_unmatched"])
         # force destroys a device a pod holds too (the pod is not evicted; the rollout evicts first).

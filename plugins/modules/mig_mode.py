@@ -74,8 +74,21 @@ options:
   force_timeout:
     description:
       - Seconds to wait after SIGTERM before SIGKILL when O(force=true).
+      - A negative, NaN or infinite value fails the module before any change.
     type: float
     default: 10
+  reset_timeout:
+    description:
+      - Seconds each GPU reset (C(nvidia-smi -r -i <bus id>), O(reset=true)) may take. A reset
+        still running then is killed and reported with C(reset.reason=timed_out) and
+        C(action_required=reboot) (a GPU that does not answer needs a reboot); the GPUs after it
+        are not tried (C(reset.reason=not_tried)), and RV(msg) and a warning say what the run
+        had changed before it and what the next run does.
+      - Raise it where resets take longer (GPUs behind NVSwitch, many GPUs at once).
+      - A value below 1, NaN or infinite fails the module before any change.
+    type: float
+    default: 120
+    version_added: 0.2.0
   nvidia_smi:
     description:
       - The C(nvidia-smi) used for GPU resets. Looked up in E(PATH) and the usual sbin directories by default.
@@ -131,6 +144,13 @@ reboot_required:
   description: Whether at least one GPU still has a pending mode that needs a reboot (reset refused or impossible).
   returned: always
   type: bool
+msg:
+  description:
+    - When a GPU reset timed out (O(reset_timeout)), what it left, also given as a warning - the
+      reset that timed out, what the run had changed before it, the modes still pending, and what
+      the next run does.
+  returned: when a GPU reset timed out
+  type: str
 gpus:
   description:
     - Per selected GPU, C(index), C(uuid), C(name), C(pci_bus_id), C(changed), C(skipped) (reason or null),
@@ -151,10 +171,14 @@ from ansible_collections.gpuops.mig.plugins.module_utils._common import (
     CONFIG_SOURCE_EXCLUSIVE,
     DRIVER_ARG_SPEC,
     GPU_SELECTION_ARG_SPEC,
-    module_run_command,
     nvml_session,
 )
-from ansible_collections.gpuops.mig.plugins.module_utils._nvml import check_program
+from ansible_collections.gpuops.mig.plugins.module_utils._input import seconds
+from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
+    RESET_TIMEOUT,
+    check_program,
+    timed_run,
+)
 
 
 def main():
@@ -163,6 +187,7 @@ def main():
         reset=dict(type="bool", default=False),
         force=dict(type="bool", default=False),
         force_timeout=dict(type="float", default=10),
+        reset_timeout=dict(type="float", default=RESET_TIMEOUT),
         nvidia_smi=dict(type="str", default="nvidia-smi"),
         non_capable=dict(type="str", choices=["skip", "fail"], default="skip"),
     )
@@ -175,6 +200,8 @@ def main():
     p = module.params
     with nvml_session(module) as nvml:
         check_program(p["nvidia_smi"], "nvidia_smi")
+        seconds(p["force_timeout"], "force_timeout")
+        seconds(p["reset_timeout"], "reset_timeout", least=1)
         if p["mode"] is not None:
             request = host_mode.request_from_selection(nvml, p["mode"], p["gpus"])
         else:
@@ -186,8 +213,12 @@ def main():
             smi = host_mode.reset_command(nvml, records, p["nvidia_smi"])
         host_mode.apply(nvml, records, module.check_mode, p["force_timeout"])
         if p["reset"] and not module.check_mode:
-            host_mode.reset_pending(nvml, records, module_run_command(module), smi)
+            host_mode.reset_pending(nvml, records, timed_run(p["reset_timeout"]), smi)
         result = host_mode.report(nvml, records, module.check_mode)
+        timed_out = host_mode.reset_timeout_message(records)
+        if timed_out:
+            result["msg"] = timed_out
+            module.warn(timed_out)
         if module._diff:
             result["diff"] = host_mode.diff(records)
     module.exit_json(**result)

@@ -60,6 +60,8 @@ options:
         C(nvidia-ctk --version). Its version or error is returned in RV(container_toolkit). Leave it out to skip.
       - A program and its arguments, split as a shell would split words; shell syntax (C(;), C(|), C(&), C($),
         backticks, C(<), C(>), line breaks) is refused, since no shell runs it.
+      - It may run for 120 seconds; one that runs longer is killed and reported as the error in
+        RV(container_toolkit).
     type: str
     version_added: 0.2.0
   fail_on_missing_driver:
@@ -229,12 +231,14 @@ from ansible_collections.gpuops.mig.plugins.module_utils._common import (
     fail_from,
 )
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import DriverNotFound, GpuopsError, MissingLibrary
+from ansible_collections.gpuops.mig.plugins.module_utils._input import FileRefused, read_file
 from ansible_collections.gpuops.mig.plugins.module_utils._nvml import (
     Nvml,
     check_command_line,
     facts_without_driver,
     mig_device_counts,
     missing_driver_message,
+    run_program,
 )
 from ansible_collections.gpuops.mig.plugins.module_utils import _evictions as evictions
 from ansible_collections.gpuops.mig.plugins.module_utils._podresources import holders_by_device
@@ -307,12 +311,12 @@ def restore_state(options, wants_mig, layout_params):
     return {"state": "present", "installed": installed, "wanted": wanted, "in_step": in_step}
 
 
-def container_toolkit(module, command):
+def container_toolkit(command):
     """The NVIDIA Container Toolkit's version from ``command`` (run without a shell), or why there is none."""
     argv = shlex.split(command)
     try:
-        rc, out, err = module.run_command(argv, handle_exceptions=False)
-    except OSError as e:
+        rc, out, err = run_program(argv)     # at most PROGRAM_TIMEOUT seconds
+    except OSError as e:                     # cannot run, or killed at its timeout
         return {"command": command, "rc": None, "version": None, "error": str(e)}
     found = re.search(r"[0-9]+[.][0-9]+[.][0-9]+", out or "")
     error = None if rc == 0 else ((err or out or "").strip() or "exit status %d" % rc)
@@ -323,17 +327,15 @@ OWED_LIMIT = 65536
 
 
 def read_owed_file(path):
-    """The text of the host's owed record (None when there is none), bounded: it is the role's, not free text."""
-    if not path:
+    """The text of the host's owed record (None when there is none), bounded: it is the role's,
+    not free text. Read as config_file is (a regular file only: a FIFO there would hang the
+    read); anything else, a larger file or one that is not UTF-8 text, is reported unreadable."""
+    if not path or not os.path.lexists(path):
         return None
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(OWED_LIMIT + 1)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
+        return {"path": path, "text": read_file(path, "owed_file", OWED_LIMIT)}
+    except FileRefused as e:
         return {"path": path, "text": "unreadable: %s" % e}
-    return {"path": path, "text": data[:OWED_LIMIT].decode("utf-8", "replace")}
 
 
 def gpu_holders(facts, holders):
@@ -356,7 +358,10 @@ def host_mig_manager(module, root):
     systemctl = module.get_bin_path("systemctl")
     text = None
     if systemctl:
-        rc, out, _err = module.run_command([systemctl] + list(nvidia_units.SHOW_ARGS))
+        try:
+            rc, out, _err = run_program([systemctl] + list(nvidia_units.SHOW_ARGS))
+        except OSError:     # cannot run, or killed at its timeout: the state is not known
+            rc, out = None, None
         text = out if rc == 0 else None
     return nvidia_units.state(text, root)
 
@@ -408,7 +413,7 @@ def main():
             check_command_line(p["container_toolkit_command"], "container_toolkit_command")
         except GpuopsError as e:
             fail_from(module, e)
-        result["container_toolkit"] = container_toolkit(module, p["container_toolkit_command"])
+        result["container_toolkit"] = container_toolkit(p["container_toolkit_command"])
     # The kubelet's allocations before NVML (the planner keeps what pods hold); after the commands this
     # module runs, since gRPC's threads are best not forked.
     allocations = allocations_of(module)

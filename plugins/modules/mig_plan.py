@@ -22,6 +22,10 @@ description:
   - Returns the layouts as inline layouts (what O(gpuops.mig.mig_config#module:layouts) and the roles accept)
     and as a mig-parted v1 config per node, the vars that C(playbooks/site.yml -e @file) applies, a report
     and a table for people.
+  - Before the plan is returned, each node's layouts and mig-parted config are read with the
+    parser M(gpuops.mig.mig_config) uses and resolved on the node's GPUs, and its config label is
+    checked as a Kubernetes label value; a plan the modules would refuse is never returned (the
+    task fails saying why). Facts that list a GPU index twice on one node fail the task.
   - "Arguments may come from a literal, play vars, C(group_vars), extra vars or a template (ansible-core 2.19's
     tagged values included). Odd input fails the task naming the option and showing what it got, and nothing is
     planned. A scalar where a list or a mapping is expected fails (C(demand: 5), C(hosts: gpu-a),
@@ -49,8 +53,9 @@ options:
         mapped per GPU model to its smallest fitting base profile. C(count) (default 1). Optionally C(group)
         (an inventory group, see O(node_groups)) or C(nodes) (a list of inventory hosts) that must supply it."
       - An unknown profile, a size no GPU has, or a count that is not a non-negative integer (or a string of up to
-        18 ASCII digits) fails the task; so do C(memory_gib) that is not a finite number above 0 and at most
-        1048576, C(compute_slices) not an integer from 1 to 64, and a C(strict) or C(spare) that is not a boolean.
+        18 ASCII digits, with no sign and no white space) fails the task; so do C(memory_gib)
+        that is not a finite number above 0 and at most 1048576, C(compute_slices) not an integer
+        from 1 to 64, and a C(strict) or C(spare) that is not a boolean.
       - A count beyond what the fleet can hold is not an error; the report shows it unmet.
     type: raw
   pods:

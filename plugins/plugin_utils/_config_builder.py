@@ -20,21 +20,23 @@ describe() is how the planner and the builder show a value from the input in a m
 from __future__ import annotations
 
 import json
-import re
 import reprlib
 from collections.abc import Mapping
 from typing import Any
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _gpu_layout as gpu_layout
 from ansible_collections.gpuops.mig.plugins.module_utils import _host_layout as host_layout
+from ansible_collections.gpuops.mig.plugins.module_utils import _input as checks
 from ansible_collections.gpuops.mig.plugins.module_utils import _migparted as migparted
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError
 
-__all__ = ["build", "generate_config", "models_from_facts", "check_profiles", "check_pci_id", "describe"]
+__all__ = ["build", "generate_config", "models_from_facts", "check_profiles", "check_pci_id",
+           "check_applies", "describe"]
 
-_BASE = re.compile(r"^([0-9]+)g\.[0-9]+gb$")
+_BASE = checks.pattern(r"([0-9]+)g\.[0-9]+gb")
 # A GPU-instance profile as mig_facts names it: Ng.Mgb, then +attr(.attr) or one -attr (mig-parted's form).
-_GI_PROFILE = re.compile(r"^[1-9][0-9]?g\.[1-9][0-9]{0,3}gb(?:(?:\+[a-z]+(?:\.[a-z]+)*)+|-[a-z]+(?:\.[a-z]+)*)?$")
+_GI_PROFILE = checks.pattern(r"[1-9][0-9]?g\.[1-9][0-9]{0,3}gb"
+                             r"(?:(?:\+[a-z]+(?:\.[a-z]+)*)+|-[a-z]+(?:\.[a-z]+)*)?")
 # No GPU has more than 8 memory or SM slices; the bound keeps odd facts from costing time.
 _SLICES_MAX = 64
 _SHORT = reprlib.Repr()
@@ -136,7 +138,7 @@ def _checked_profiles(value, label):
             raise ConfigError("%s must be a mapping (name, id, sm_slices, memory_slices, max_count, placements), "
                               "got %s" % (where, describe(p)))
         name = p.get("name")
-        if not isinstance(name, str) or not _GI_PROFILE.match(name):
+        if not checks.whole(_GI_PROFILE, name):
             raise ConfigError("%s: name must be a MIG profile name such as 3g.40gb or 1g.10gb+me, got %s"
                               % (where, describe(name)))
         profile = {"name": str(name)}
@@ -159,7 +161,7 @@ def _checked_profiles(value, label):
         profile["placements"] = [int(s) for s in placements]
         nvml_name = p.get("nvml_name")
         if nvml_name is not None:
-            if not isinstance(nvml_name, str) or not _GI_PROFILE.match(nvml_name):
+            if not checks.whole(_GI_PROFILE, nvml_name):
                 raise ConfigError("%s (%s): nvml_name must be a MIG profile name, got %s"
                                   % (where, name, describe(nvml_name)))
             profile["nvml_name"] = str(nvml_name)
@@ -192,7 +194,7 @@ def _order(p):
 
 
 def _balanced(profiles):
-    base = [p for p in profiles if _BASE.match(p["name"])]
+    base = [p for p in profiles if checks.whole(_BASE, p["name"])]
     by_g = {}
     for p in base:
         by_g.setdefault(p["sm_slices"], []).append(p)
@@ -268,18 +270,38 @@ def _check_applies(content, models):
             geometry = host_layout.geometry_from_profiles(profiles)
             gpu = migparted.HostGpu(index=0, pci_device_id=pci, mig_capable=True, name=name)
             for config_name in parsed.names:
-                resolution = migparted.resolve_targets(parsed.select(config_name), [gpu])
-                for entry in resolution.unmatched:
-                    if not entry.device_filter:
-                        raise ConfigError("%s selects no GPU of %s" % (entry.label, name or pci))
-                for target in resolution.targets:
-                    if target.mig_enabled:
-                        try:
-                            gpu_layout.validate_target(geometry, target.mig_devices)
-                        except gpu_layout.LayoutError as e:
-                            raise ConfigError("%s on %s (%s): %s" % (target.entry.label, name or pci, pci, e))
+                check_applies(parsed.select(config_name), [gpu], {0: geometry},
+                              "%s (%s)" % (name or pci, pci))
     except ConfigError as e:
         raise ConfigError("the facts give a config that mig_config would refuse, so none is generated: %s" % e)
+
+
+def check_applies(entries: Any, gpus: Any, geometries: Mapping[int, Any], where: str,
+                  valid: set[Any] | None = None) -> None:
+    """What mig_config and mig_mode check of a config before any change, on GPUs described by
+    facts: ``entries`` (ConfigEntry values) resolved on ``gpus`` (HostGpu values: two entries
+    for one GPU, an index the host lacks) and each target validated on its GPU's geometry
+    ({index: GpuGeometry, or None when the facts list no profiles}). ConfigError as the modules
+    word it; ``where`` names the host or the model for an entry that selects nothing. ``valid``
+    (a set kept by the caller while the geometries live) remembers the targets already proven,
+    so a fleet of GPUs alike validates each layout once."""
+    resolution = migparted.resolve_targets(entries, gpus)
+    for entry in resolution.unmatched:
+        if not entry.device_filter:
+            raise ConfigError("%s selects no GPU of %s" % (entry.label, where))
+    for target in resolution.targets:
+        geometry = geometries.get(target.gpu.index)
+        if not target.mig_enabled or geometry is None:
+            continue
+        key = (id(geometry), tuple(sorted(target.mig_devices.items())))
+        if valid is not None and key in valid:
+            continue
+        try:
+            gpu_layout.validate_target(geometry, target.mig_devices)
+        except gpu_layout.LayoutError as e:
+            raise ConfigError("%s on %s: %s" % (target.entry.label, where, e))
+        if valid is not None:
+            valid.add(key)
 
 
 def _config_order(models):

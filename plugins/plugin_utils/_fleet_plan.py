@@ -36,11 +36,16 @@ _plan_search.py (the layouts) and _plan_output.py (the plan and its views).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any, Sequence
 
-from ansible_collections.gpuops.mig.plugins.plugin_utils._config_builder import describe
+from ansible_collections.gpuops.mig.plugins.module_utils import _input as checks
+from ansible_collections.gpuops.mig.plugins.module_utils import _migparted as migparted
+from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError
+from ansible_collections.gpuops.mig.plugins.plugin_utils._config_builder import (
+    check_applies,
+    describe,
+)
 from ansible_collections.gpuops.mig.plugins.plugin_utils._plan_demand import (
     PlanInputError, _count, _flag, _names, _parse_demand, _text)
 from ansible_collections.gpuops.mig.plugins.plugin_utils._plan_output import _build
@@ -53,7 +58,7 @@ __all__ = [
 ]
 
 # config_label_prefix + "-" + 10 hex digits is a Kubernetes label value (63 characters at most) and a config name.
-_LABEL_PREFIX = re.compile(r"^[A-Za-z0-9][-_.A-Za-z0-9]{0,51}$")
+_LABEL_PREFIX = checks.pattern(r"[A-Za-z0-9][-_.A-Za-z0-9]{0,51}")
 
 
 def plan_fleet(fleet: Mapping[str, Any], demand: Any, policy: Mapping[str, Any] | None = None, in_use: Any = None,
@@ -139,8 +144,38 @@ def plan_fleet(fleet: Mapping[str, Any], demand: Any, policy: Mapping[str, Any] 
         method = "greedy"
         choice_by_node = _greedy(models, dims, whole_floor)
 
-    return _build(models, dims, choice_by_node, method, skipped, unresolved, whole_policy, whole_pending,
-                  whole_free_now, config_label_prefix, exact_limit)
+    plan = _build(models, dims, choice_by_node, method, skipped, unresolved, whole_policy,
+                  whole_pending, whole_free_now, config_label_prefix, exact_limit)
+    _check_output(plan, nodes)
+    return plan
+
+
+def _check_output(plan, nodes):
+    """Each node's layouts and mig-parted config, read as mig_config and mig_mode read them and
+    resolved on the node's GPUs, and its config label checked as a label value. A plan the modules
+    would refuse is the planner's bug: PlanInputError here, rather than a plan that fails on the
+    node."""
+    valid = set()     # (geometry, target) proven; the geometries live in ``nodes`` meanwhile
+    for name, gpus in nodes.items():
+        out = plan["nodes"][name]
+        host = [migparted.HostGpu(index=g.index, pci_device_id=g.pci_device_id or 0,
+                                  mig_capable=True, name=g.name) for g in gpus]
+        geometries = dict((g.index, g.geometry) for g in gpus)
+        label = out["config_label"]
+        try:
+            if not checks.whole(checks.LABEL_VALUE, label):
+                raise ConfigError("config label %s is not a Kubernetes label value"
+                                  % describe(label))
+            entries = migparted.entries_from_layouts(out["layouts"], origin="%s layouts" % name)
+            check_applies(entries, host, geometries, name, valid)
+            if name in plan["mig_parted"]:
+                config = migparted.load_config(plan["mig_parted"][name],
+                                               origin="%s mig_parted" % name)
+                check_applies(config.select(label), host, geometries, name, valid)
+        except ConfigError as e:
+            raise PlanInputError("the plan for %s is one mig_config would refuse, so nothing "
+                                 "is planned (a bug of the planner; please report it with the "
+                                 "facts): %s" % (name, e))
 
 
 def _check_options(node_groups, exact_limit, config_label_prefix):
@@ -153,7 +188,7 @@ def _check_options(node_groups, exact_limit, config_label_prefix):
     if isinstance(exact_limit, bool) or not isinstance(exact_limit, int) or exact_limit < 0:
         raise PlanInputError("exact_limit must be a non-negative integer (0: the heuristic at once), got %s"
                              % describe(exact_limit))
-    if not isinstance(config_label_prefix, str) or not _LABEL_PREFIX.match(config_label_prefix):
+    if not checks.whole(_LABEL_PREFIX, config_label_prefix):
         raise PlanInputError("config_label_prefix must be 1 to 52 letters, digits, '-', '_' or '.', starting with a "
                              "letter or digit (it begins a Kubernetes label value), got %s"
                              % describe(config_label_prefix))

@@ -25,15 +25,14 @@ that is not a mapping) is skipped with a warning naming it; it never stops the p
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
+from ansible_collections.gpuops.mig.plugins.module_utils import _input as checks
 from ansible_collections.gpuops.mig.plugins.plugin_utils._plain import describe
 
 # What the planner counts: nvidia.com/mig-<profile>, nvidia.com/gpu and their .shared forms.
 RESOURCE_PREFIX = "nvidia.com/"
-_DIGITS = re.compile(r"^[0-9]{1,18}$")
 # Kueue's PodSet.count is an int32.
 _MAX_COUNT = 2 ** 31 - 1
 
@@ -133,12 +132,11 @@ def _asked(pod_spec, where):
         for resource, quantity in wanted.items():
             if not isinstance(resource, str) or not resource.startswith(RESOURCE_PREFIX):
                 continue
-            if isinstance(quantity, str) and _DIGITS.match(quantity.strip()):
-                quantity = int(quantity.strip())
-            if isinstance(quantity, bool) or not isinstance(quantity, int) or quantity < 0:
+            number = checks.count(quantity) if isinstance(quantity, str) else quantity
+            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
                 raise WorkloadError("%s asks for %s %s, which is not a whole number"
                                     % (where, _text(resource), describe(quantity)))
-            asked[resource] = asked.get(resource, 0) + quantity
+            asked[resource] = asked.get(resource, 0) + number
     return dict((k, v) for k, v in asked.items() if v > 0)
 
 

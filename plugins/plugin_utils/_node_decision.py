@@ -22,6 +22,7 @@ from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import (
     PAUSED_VALUE as PAUSED,
     is_dra_kubelet_plugin,
 )
+from ansible_collections.gpuops.mig.plugins.module_utils import _input as checks
 from ansible_collections.gpuops.mig.plugins.module_utils import _lease
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import RefusedError
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _handoff, _node_pods, _node_records
@@ -577,7 +578,7 @@ def expected_advertisement(gpus: Sequence[Mapping[str, Any]], strategy: str,
         labels.update({"nvidia.com/gpu.count": len(whole), "nvidia.com/mig.strategy": "mixed"})
         for gpu in mig:
             for name, count in sorted((gpu.get("mig_devices") or {}).items()):
-                if not name[:1].isdigit() or "g." not in name:
+                if checks.count(name[:1]) is None or "g." not in name:
                     continue
                 key = "nvidia.com/mig-" + name.replace("+", ".")
                 resources[key] = resources.get(key, 0) + count

@@ -13,12 +13,12 @@ Part of the planner of _fleet_plan.py; controller-only (the action gpuops.mig.mi
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _gpu_layout as layout
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError
+from ansible_collections.gpuops.mig.plugins.module_utils import _input as checks
 from ansible_collections.gpuops.mig.plugins.plugin_utils._config_builder import describe
 
 __all__ = [
@@ -37,8 +37,8 @@ _WHOLE_RESOURCE = "nvidia.com/gpu"
 # The device plugin's renameByDefault appends this to a time-sliced resource (nvidia.com/mig-1g.10gb.shared).
 _SHARED_SUFFIX = ".shared"
 _WHOLE_RESOURCES = (_WHOLE_RESOURCE, _WHOLE_RESOURCE + _SHARED_SUFFIX)
-_PROFILE = re.compile(r"^(?P<base>[1-9][0-9]*g\.[1-9][0-9]*gb)(?P<attr>(?:[.+-][a-z]+)*)$")
-_DIGITS = re.compile(r"^[0-9]{1,18}$")
+_PROFILE = checks.pattern(r"(?P<base>[1-9][0-9]*g\.[1-9][0-9]*gb)(?P<attr>(?:[.+-][a-z]+)*)")
+_PROFILE_GIB = checks.pattern(r"[0-9]+g\.([0-9]+)gb.*")
 # Beyond any GPU (sizes of a demand item); a larger value is a typo, refused rather than reported unmet.
 _MEMORY_GIB_MAX = 1 << 20
 _SLICES_MAX = 64
@@ -60,7 +60,7 @@ def profile_from_resource(resource: str) -> str | None:
     suffix = resource[len(_RESOURCE_PREFIX):]
     if suffix.endswith(_SHARED_SUFFIX):
         suffix = suffix[:-len(_SHARED_SUFFIX)]
-    match = _PROFILE.match(suffix)
+    match = checks.whole(_PROFILE, suffix)
     if not match:
         return suffix
     attr = match.group("attr")
@@ -70,12 +70,12 @@ def profile_from_resource(resource: str) -> str | None:
 
 
 def _count(value, where):
-    # A string of ASCII digits is a count too (extra vars and surveys give strings).
-    if isinstance(value, str) and _DIGITS.match(value.strip()):
-        return int(value.strip())
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    # A string of up to 18 ASCII digits is a count too (extra vars and surveys give strings);
+    # " 2" is not.
+    number = checks.count(value)
+    if number is None:
         raise PlanInputError("%s: count must be a non-negative integer, got %s" % (where, describe(value)))
-    return int(value)
+    return number
 
 
 def _number(value, where, what, most):
@@ -142,7 +142,7 @@ def _accepted_name(key, geometry):
 
 def _profile_gib(profile, geometry):
     # The name carries the memory: 3g.40gb -> 40 (what users and the device plugin see).
-    match = re.match(r"^[0-9]+g\.([0-9]+)gb", profile.name)
+    match = checks.whole(_PROFILE_GIB, profile.name)
     return int(match.group(1)) if match else 0
 
 
@@ -259,12 +259,11 @@ def _pod_requests(pod, name):
             if not isinstance(resource, str):
                 raise PlanInputError("pod %s: resource names must be strings, got %s" % (name, describe(resource)))
             if resource.startswith(_RESOURCE_PREFIX) or resource in _WHOLE_RESOURCES:
-                if isinstance(quantity, str) and _DIGITS.match(quantity.strip()):
-                    quantity = int(quantity.strip())
-                if isinstance(quantity, bool) or not isinstance(quantity, int):
+                number = checks.count(quantity) if isinstance(quantity, str) else quantity
+                if isinstance(number, bool) or not isinstance(number, int):
                     raise PlanInputError("pod %s asks for %s %s, which is not a whole number"
                                          % (name, resource, describe(quantity)))
-                out[resource] = out.get(resource, 0) + quantity
+                out[resource] = out.get(resource, 0) + number
     return out
 
 
@@ -413,7 +412,7 @@ def demand_from_pods(pods: Any, strategy: str = "mixed", node_names: Mapping[str
 # NVIDIA's DRA driver: the DeviceClass of MIG devices, and a CEL selector naming the profile
 # (device.attributes['gpu.nvidia.com'].profile == '1g.10gb', the attribute its ResourceSlices publish).
 MIG_DEVICE_CLASS = "mig.nvidia.com"
-_CEL_PROFILE = re.compile(r"""\.profile\s*==\s*['"]([^'"]{1,40})['"]""")
+_CEL_PROFILE = checks.pattern(r"""\.profile\s*==\s*['"]([^'"]{1,40})['"]""")
 
 
 def _claim_requests(claim, name):

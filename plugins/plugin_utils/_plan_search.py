@@ -153,6 +153,7 @@ def _read_fleet(fleet, skip_unreachable):
             skipped.append({"node": node, "reason": "no usable NVIDIA driver: %s" % driver.get("error")})
             continue
         raw[node] = [_checked_gpu(node, i, gpu) for i, gpu in enumerate(facts["gpus"])]
+        _check_unique_indexes(node, raw[node])
         for gpu in raw[node]:
             if gpu.get("mig_capable") and gpu.get("supported_profiles"):
                 geometry_by_model.setdefault(gpu["pci_device_id"], gpu["supported_profiles"])
@@ -179,6 +180,19 @@ def _read_fleet(fleet, skip_unreachable):
         raise PlanInputError("the fleet is empty: no node with usable MIG facts (%s)"
                              % "; ".join("%s: %s" % (s["node"], s["reason"]) for s in skipped))
     return nodes, skipped
+
+
+def _check_unique_indexes(node, gpus):
+    """A GPU index given twice in a node's facts would be planned into two entries for one GPU,
+    which mig_config refuses; the facts are refused instead (they are not what mig_facts
+    returns)."""
+    seen = set()
+    for position, gpu in enumerate(gpus):
+        if gpu["index"] in seen:
+            raise PlanInputError("%s gpus[%d]: GPU index %d is listed twice in the node's facts "
+                                 "(mig_facts lists each GPU once); run gpuops.mig.mig_facts there "
+                                 "again" % (node, position, gpu["index"]))
+        seen.add(gpu["index"])
 
 
 def _checked_gpu(node, position, gpu):

@@ -22,11 +22,11 @@ A sharing policy is {MIG profile: {strategy, replicas, rename, fail_requests_gre
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping
 from typing import Any, Collection, Sequence
 
 from ansible_collections.gpuops.mig.plugins.plugin_utils._config_builder import describe
+from ansible_collections.gpuops.mig.plugins.module_utils import _input as checks
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_decision as decision
 
@@ -37,7 +37,6 @@ SHARED_SUFFIX = ".shared"
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 _KEYS = ("strategy", "replicas", "rename", "fail_requests_greater_than_one")
-_DIGITS = re.compile(r"^[0-9]{1,9}$")
 _MPS_WHY = ("the NVIDIA device plugin refuses MPS for MIG devices ('sharing using MPS is not supported for MIG "
             "devices') and with migStrategy=mixed, and its pod then crash-loops on the node; use time-slicing")
 
@@ -100,9 +99,9 @@ def _entry(entry, where):
 
 
 def _replicas(value, where):
-    # Extra vars and surveys give strings; a string of digits is a number too.
-    if isinstance(value, str) and _DIGITS.match(value.strip()):
-        value = int(value.strip())
+    # Extra vars and surveys give strings; a string of up to 9 ASCII digits is a number too.
+    if isinstance(value, str) and checks.count(value, 9) is not None:
+        value = checks.count(value, 9)
     if isinstance(value, bool) or not isinstance(value, int) or value < 2:
         raise SharingError("%s: replicas must be a whole number of 2 or more (the device plugin refuses fewer; "
                            "use strategy none not to share), got %s" % (where, describe(value)))
@@ -177,8 +176,6 @@ def _advertises(gpus, strategy, profile):
 
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
 ENTRY_PREFIX = "gpuops-mig-"
-# A ConfigMap key that is also a label value.
-_ENTRY_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 UNMANAGED = {"managed": False, "policy": {}}
 
 
@@ -202,7 +199,7 @@ def render(shared: Mapping[str, Mapping[str, Any]], strategy: str, allocation_po
 
 def valid_entry_name(name: str) -> bool:
     """A ConfigMap key that is also a label value (the nvidia.com/device-plugin.config label names it)."""
-    return bool(_ENTRY_NAME.match(name))
+    return bool(checks.whole(checks.LABEL_VALUE, name))
 
 
 def policy_from_config(text: str | None, devices: Collection[str], strategy: str,

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ansible_collections.gpuops.mig.plugins.module_utils import _input as checks
+
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
 
@@ -23,8 +25,7 @@ class StaleResourcesError(ValueError):
 
 def _count(value):
     """A quantity as the API server writes it ("0", "4"), or None for anything else."""
-    text = str(value).strip()
-    return int(text) if text.isdigit() else None
+    return checks.count(value)
 
 
 def stale_resources(node: Any, expected: Any) -> list[str]:

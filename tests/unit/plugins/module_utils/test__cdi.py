@@ -59,3 +59,18 @@ def test_a_failure_leaves_the_spec_as_it_is(tmp_path):
     with pytest.raises(cdi.CdiError, match="nvidia-ctk cannot run"):
         cdi.refresh(str(spec), missing)
     assert spec.read_text() == "old\n" and os.listdir(tmp_path) == ["nvidia.yaml"]
+
+
+def test_a_generate_that_times_out_leaves_the_spec_as_it_is(tmp_path):
+    from ansible_collections.gpuops.mig.plugins.module_utils._nvml import ProgramTimedOut
+
+    spec = tmp_path / "nvidia.yaml"
+    spec.write_text("old\n")
+
+    def hangs(argv, env=None):
+        raise ProgramTimedOut(argv, 120, 4242, True)
+    with pytest.raises(cdi.CdiError, match=r"^nvidia-ctk cdi generate --output=\S+ did not finish "
+                                           r"within 120 s and was stopped \(SIGKILL\)\. The CDI "
+                                           r"spec .* was left as it is\.$"):
+        cdi.refresh(str(spec), hangs)
+    assert spec.read_text() == "old\n"

@@ -302,3 +302,58 @@ def test_a_command_line_option_takes_arguments_but_no_shell_syntax():
         _nvml.check_command_line("nvidia-ctk --version | head -1", "cmd")
     assert str(e.value) == ("cmd: 'nvidia-ctk --version | head -1' has shell syntax ('|'); it takes a program and "
                             "its arguments, run without a shell")
+
+
+def process_gone(pid, seconds=10.0):
+    """Whether the process ended (gone, or a zombie) within ``seconds``: a SIGKILL takes effect
+    when the process next runs, which on a loaded machine may be a moment later."""
+    import time
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with open("/proc/%s/stat" % pid) as handle:
+                state = handle.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
+def test_a_program_that_runs_past_its_timeout_is_killed_with_its_process_group(tmp_path):
+    """Every program the modules run has a timeout (issue 36); the children it started die with
+    it."""
+    pids = tmp_path / "pids"
+    script = "sleep 600 & echo $! > %s; wait" % pids
+    with pytest.raises(_nvml.ProgramTimedOut) as raised:
+        _nvml.run_program(["/bin/sh", "-c", script], timeout=0.5)
+    assert isinstance(raised.value, TimeoutError) and isinstance(raised.value, OSError)
+    assert str(raised.value) == ("/bin/sh -c %s did not finish within 0.5 s and was stopped "
+                                 "(SIGKILL)" % script)
+    assert raised.value.ended is True
+    assert process_gone(pids.read_text().strip())
+    script = "echo out; echo err >&2; exit 3"
+    assert _nvml.run_program(["/bin/sh", "-c", script], {"X": "1"}, 5) == (3, "out\n", "err\n")
+    assert _nvml.timed_run(5)(["/bin/sh", "-c", "echo $X"], {"X": "y"}) == (0, "y\n", "")
+    with pytest.raises(OSError):
+        _nvml.run_program(["/nonexistent/nvidia-smi"])
+
+
+def test_a_reset_that_times_out_is_reported_and_the_gpus_after_it_are_not_tried():
+    calls = []
+
+    def run(argv, env=None):
+        calls.append(argv[-1])
+        raise _nvml.ProgramTimedOut(argv, 120, 4242, False)
+
+    smi = ("/usr/bin/nvidia-smi", None)
+    out = _nvml.reset_gpus(["00000000:07:00.0", "00000000:0F:00.0"], run, smi)
+    assert calls == ["00000000:07:00.0"]
+    assert out["00000000:07:00.0"] == (False, "timed_out",
+                                       "/usr/bin/nvidia-smi -r -i 00000000:07:00.0 did not finish "
+                                       "within 120 s and did not end when killed (PID 4242 is left)")
+    assert out["00000000:0F:00.0"] == (False, "not_tried",
+                                       "not tried: the reset of 00000000:07:00.0 timed out first")
+    assert "timed_out" in _nvml.RESET_HINTS and "not_tried" in _nvml.RESET_HINTS

@@ -92,7 +92,8 @@ def test_a_config_file_that_is_not_text_or_too_big_is_refused(sim_host, run_modu
     big = tmp_path / "big.yaml"
     big.write_bytes(b"#" * (_bounded_yaml.MAX_CHARS + 1))
     check_refused(run_module(mig_config, {"config_file": str(big)}),
-                  "big.yaml: more than %d bytes, the most a config may have" % _bounded_yaml.MAX_CHARS,
+                  "big.yaml: %d bytes, more than the %d it may have"
+                  % (_bounded_yaml.MAX_CHARS + 1, _bounded_yaml.MAX_CHARS),
                   state, digest, file_digest)
 
 

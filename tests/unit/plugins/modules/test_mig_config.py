@@ -113,7 +113,8 @@ def test_failure_part_way_leaves_no_half_made_device_and_rerun_converges(sim_hos
     ({"config": {"version": "v1", "mig-configs": {"a": [{"devices": 0, "mig-enabled": True, "mig-devices": {}}]}}},
      "devices"),
     ({"config_file": "BROKEN"}, "broken.yaml: not valid YAML"),
-    ({"config_file": "/nonexistent/config.yaml"}, "cannot read the mig-parted config /nonexistent/config.yaml"),
+    ({"config_file": "/nonexistent/config.yaml"},
+     "config_file /nonexistent/config.yaml cannot be read: No such file or directory"),
     ({"config_file": CONFIG, "config_name": "all-teapots"}, "no config named 'all-teapots'; available: "),
     # YAML text, as the mig_node role passes a file read on the controller: a config defined twice is
     # refused rather than the last definition winning.
@@ -197,6 +198,12 @@ def compute_instances_of(state):
             for gi in sim.load_state(state)["gpus"][0]["gpu_instances"]]
 
 
+def uuids_of(state):
+    """The MIG device UUIDs of GPU 0, by compute instance ID."""
+    return [ci["uuid"] for gi in sim.load_state(state)["gpus"][0]["gpu_instances"]
+            for ci in sorted(gi["compute_instances"], key=lambda c: c["id"])]
+
+
 def test_a_gpu_instance_that_cannot_be_destroyed_gets_its_compute_instances_back(sim_host, run_module):
     state = sim_host("1xH100-SXM5-80GB", mig="enabled")
     assert run_module(mig_config, {"layouts": THREE_COMPUTE_INSTANCES})["changed"] is True
@@ -207,9 +214,9 @@ def test_a_gpu_instance_that_cannot_be_destroyed_gets_its_compute_instances_back
     assert result["failed"] is True
     assert "destroying GPU instance 1: in use by another client (processes, or services such as " \
            "nvidia-persistenced, DCGM or nvsm); its 3 compute instance(s) had been destroyed first and were " \
-           "created again at the same profiles and placements (with new MIG device UUIDs), so GPU " \
-           "instance 1 (3g.40gb, placement 4:4) is whole. The next run continues from here." in result["msg"], \
-        result["msg"]
+           "created again at the same profiles and placements (with new MIG device UUIDs %s), " \
+           "so GPU instance 1 (3g.40gb, placement 4:4) is whole. The next run continues from " \
+           "here." % ", ".join(uuids_of(state)) in result["msg"], result["msg"]
     assert compute_instances_of(state) == before == [(4, [(0, 0), (0, 1), (0, 2)])]
     sim.clear_faults(state)
     assert devices(run_module(mig_config, target), 0)["mig_devices"] == {"1g.10gb": 7}
@@ -224,8 +231,9 @@ def test_a_compute_instance_change_that_fails_puts_the_old_ones_back(sim_host, r
     result = run_module(mig_config, whole)
     assert result["failed"] is True
     assert result["failed_part_way"][0]["plan"]["change"], "the GPU instance is kept and its CIs changed"
-    assert "its compute instances were put back as they were (same profiles and placements, new MIG device " \
-           "UUIDs), so GPU instance 1 (3g.40gb, placement 4:4) is whole" in result["msg"], result["msg"]
+    assert "its compute instances were put back as they were (same profiles and placements, new " \
+           "MIG device UUIDs %s), so GPU instance 1 (3g.40gb, placement 4:4) is whole" \
+           % ", ".join(uuids_of(state)) in result["msg"], result["msg"]
     assert compute_instances_of(state) == before
     sim.clear_faults(state)
     assert devices(run_module(mig_config, whole), 0)["mig_devices"] == {"3g.40gb": 1}

@@ -287,15 +287,25 @@ def test_a_gpu_instance_that_cannot_be_destroyed_keeps_its_compute_instances(sim
     """Disabling MIG destroys compute instances, then their GPU instance; when that fails they are put back."""
     state = sim_host("1xH100-SXM5-80GB", mig="enabled")
     gi = make_layout(0, [(9, 4, 4, 2)])[0]
+    old_uuid = sim.load_state(state)["gpus"][0]["gpu_instances"][0]["compute_instances"][0]["uuid"]
     sim.add_fault(state, "nvmlGpuInstanceDestroy", "IN_USE")
     result = run_module(mig_mode, {"mode": "disabled"})
     assert result["failed"] is True
     assert "MIG mode change failed part-way" in result["msg"]
     assert ("destroying GPU instance %d: in use by another client" % gi) in result["msg"]
-    assert ("its 1 compute instance(s) had been destroyed first and were created again at the same profiles and "
-            "placements (with new MIG device UUIDs), so GPU instance %d (3g.40gb, placement 4:4) is whole" % gi) \
-        in result["msg"]
     gpu = sim.load_state(state)["gpus"][0]
+    new_uuid = gpu["gpu_instances"][0]["compute_instances"][0]["uuid"]
+    assert new_uuid != old_uuid
+    assert ("its 1 compute instance(s) had been destroyed first and were created again at the "
+            "same profiles and placements (with new MIG device UUIDs %s), so GPU instance %d "
+            "(3g.40gb, placement 4:4) is whole" % (new_uuid, gi)) in result["msg"]
+    # The put-back changed the device's UUID: the message says so, never "Nothing was changed".
+    assert "Nothing was changed" not in result["msg"]
+    assert result["msg"].endswith(
+        "Done before the failure: GPU 0 (NVIDIA H100 80GB HBM3, 00000000:07:00.0): compute "
+        "instances put back with new MIG device UUIDs %s, mode not set. The next run sets the "
+        "modes still missing." % new_uuid), result["msg"]
+    assert result["changed"] is True and result["failed_part_way"][0]["recreated"] == [new_uuid]
     assert [(g["start"], [(c["profile_id"], c["start"]) for c in g["compute_instances"]])
             for g in gpu["gpu_instances"]] == [(4, [(2, 0)])]
     assert modes(state) == [{"current": 1, "pending": 1}]
