@@ -13,6 +13,7 @@
 # (envtest's convention, what `setup-envtest use` prints), that directory is used and
 # nothing is built. docs/testing-kubernetes.md has the measured build times.
 set -euo pipefail
+PATH=$PATH:/usr/local/go/bin  # where the Go toolchain installs itself
 root=$(cd "$(dirname "$0")/.." && pwd)
 mods=$root/tests/support/controlplane
 BINARIES="etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok"

@@ -16,6 +16,7 @@ import copy
 from typing import Any, Iterable, Mapping, Sequence
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _dra_claims as dra_claims
+from ansible_collections.gpuops.mig.plugins.module_utils import _rbac as rbac
 
 # The node label protocol shared with the GPU Operator's mig-manager (NVIDIA/mig-parted), and the marks this
 # collection leaves on Kubernetes objects: one home for each name (roles/mig_node/vars/main.yml repeats them for
@@ -55,6 +56,7 @@ CLUSTER_READ_OPTIONS = dict(
     leases=dict(type="list", elements="str", default=[]),
     lease_namespace=dict(type="str", default="default"),
     dra_nodes=dict(type="list", elements="str", default=[]),
+    check_access=dict(type="bool", default=False),
 )
 
 
@@ -162,6 +164,13 @@ def read_cluster(service: Any, params: Mapping[str, Any]) -> dict[str, Any]:
         # slices (RBAC without resource.k8s.io) is one without the driver.
         no_driver = "daemonsets" in result and not result["daemonsets"]
         result["dra_allocations"] = dra_allocations(find, params["dra_nodes"], no_driver)
+    if params.get("check_access"):
+        reviewer = service.client.resource("SelfSubjectAccessReview", "authorization.k8s.io/v1")
+        result["missing_access"] = rbac.missing(
+            lambda body: service.client.create(reviewer, body).to_dict(),
+            params.get("lease_namespace") or "default")
+        result["access_msg"] = rbac.message(result["missing_access"]) \
+            if result["missing_access"] else ""
     # The nodes' leases by name (gpuops.mig.mig_node_lease): one a run that died left behind is released.
     result["leases"] = dict((lease["metadata"]["name"], lease) for name in params.get("leases") or ()
                             for lease in find("Lease", "coordination.k8s.io/v1", params.get("lease_namespace") or "default",

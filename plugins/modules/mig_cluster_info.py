@@ -104,6 +104,13 @@ options:
     description: The namespace of O(leases).
     type: str
     default: default
+  check_access:
+    description:
+      - Check with SelfSubjectAccessReviews that the identity may do what a rollout does (what
+        C(rbac/rollout.yml) grants; leases in O(lease_namespace)), returned in RV(missing_access).
+        M(gpuops.mig.mig_node) checks before a batch's first change.
+    type: bool
+    default: false
   dra_nodes:
     description:
       - Nodes for which to map, where NVIDIA's DRA driver (C(gpu.nvidia.com)) serves them, which pod holds which
@@ -178,6 +185,17 @@ leases:
   description: The Leases of O(leases) that exist, by name.
   returned: always
   type: dict
+missing_access:
+  description:
+    - With O(check_access), what the identity may not do, as C(verb resource.group[/sub] [in namespace]).
+  returned: when O(check_access)
+  type: list
+  elements: str
+  sample: ["create pods/eviction", "update leases.coordination.k8s.io in default"]
+access_msg:
+  description: With O(check_access), a sentence saying what is missing; empty when nothing is.
+  returned: when O(check_access)
+  type: str
 dra_allocations:
   description:
     - By node of O(dra_nodes) that NVIDIA's DRA driver serves (a ResourceSlice of C(gpu.nvidia.com) names it),

@@ -94,9 +94,26 @@ def cluster(_session_cluster):
     assert not errors, f"errors in hooks: {errors!r}"
 
 
+RBAC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                    "rbac")
+# site.yml on Kubernetes deploys the device plugin's chart by default: its rules too.
+ROLLOUT_RBAC = [os.path.join(RBAC, f) for f in ("rollout.yml", "fleet-report.yml",
+                                                 "device-plugin.yml")]
+
+
 @pytest.fixture
 def cluster_env(cluster, tmp_path):
-    """Environment for client subprocesses against the real cluster, as an admin."""
+    """Environment for client subprocesses against the real cluster, as a ServiceAccount bound
+    to exactly what rbac/rollout.yml, fleet-report.yml and device-plugin.yml grant
+    (docs/rbac.md)."""
+    kubeconfig = cluster.service_account_kubeconfig(tmp_path / "rollout.kubeconfig", "rollout",
+                                                    ROLLOUT_RBAC)
+    return client_env(kubeconfig, tmp_path, cluster.control_plane.bin_dir)
+
+
+@pytest.fixture
+def admin_env(cluster, tmp_path):
+    """Environment for client subprocesses as a cluster admin (helm installing a chart)."""
     return client_env(cluster.control_plane.kubeconfig, tmp_path, cluster.control_plane.bin_dir)
 
 

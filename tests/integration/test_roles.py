@@ -427,7 +427,7 @@ def test_preflight_says_what_is_wrong_and_how_to_fix_it(tmp_path):
 # mig_device_plugin
 # --------------------------------------------------------------------------------------------------
 
-def test_device_plugin_deployed_with_helm(cluster, cluster_env, tmp_path):
+def test_device_plugin_deployed_with_helm(cluster, admin_env, tmp_path):
     """The real helm binary installs the (stand-in) chart with the MIG strategy, GFD and merged values;
     a second run changes nothing; a strategy change upgrades the release."""
     cluster.seed(seed.node("gpu-1", {"nvidia.com/gpu.present": "true"}))
@@ -439,7 +439,7 @@ def test_device_plugin_deployed_with_helm(cluster, cluster_env, tmp_path):
         "mig_device_plugin_values": {"tolerations": [{"key": "dedicated", "operator": "Exists"}]}}}
     playbook.write_text(yaml.safe_dump([{"name": "Device plugin", "hosts": "localhost", "gather_facts": False,
                                          "roles": [role]}]))
-    fleet = Fleet(tmp_path, cluster, cluster_env)
+    fleet = Fleet(tmp_path, cluster, admin_env)
 
     first = fleet.run(str(playbook), {"strategy": "single"})
     assert first.recap["localhost"]["changed"] == 1, output(first)

@@ -245,6 +245,30 @@ class TestCluster(Client):
             if exc.code not in (404, 409):
                 raise
 
+    def service_account_kubeconfig(self, path, name: str, manifests: list,
+                                   namespace: str = "gpuops-mig") -> str:
+        """A kubeconfig for a new ServiceAccount bound to the ClusterRoles in `manifests` (files
+        of rbac/) and nothing else: the identity a least-privilege test runs the collection as."""
+        import yaml  # pylint: disable=import-outside-toplevel
+        self.ensure_namespace(namespace)
+        self.seed({"apiVersion": "v1", "kind": "ServiceAccount",
+                   "metadata": {"name": name, "namespace": namespace}})
+        for manifest in manifests:
+            with open(manifest, encoding="utf-8") as f:
+                for role in [d for d in yaml.safe_load_all(f) if d]:
+                    self.seed(role)
+                    self.seed({
+                        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                        "metadata": {"name": f"{role['metadata']['name']}-{namespace}-{name}"},
+                        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                    "name": role["metadata"]["name"]},
+                        "subjects": [{"kind": "ServiceAccount", "name": name,
+                                      "namespace": namespace}]})
+        token = self._call("post", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+                           body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                                 "spec": {"expirationSeconds": 7200}})["status"]["token"]
+        return self.control_plane.token_kubeconfig(str(path), token, name)
+
     def close(self):
         self._stopping.set()
 
