@@ -41,8 +41,11 @@ class ApiError(Exception):
         self.details = details
 
     def status(self) -> dict:
-        return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": self.message,
-                "reason": self.reason, "code": self.code, "details": self.details}
+        body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": self.message, "reason": self.reason, "code": self.code}
+        if self.details:
+            body["details"] = self.details
+        return body
 
 
 def _error(exc: dyn_errors.DynamicApiError) -> ApiError:
@@ -274,7 +277,19 @@ class Client:
         if status and "status" in _subresources(res):
             made = self.set_status(obj["kind"], made["metadata"]["name"], status,
                                    made["metadata"].get("namespace"))
+        if obj["kind"] == "CustomResourceDefinition":
+            self.wait_crd_established(made["metadata"]["name"])
         return made
+
+    def wait_crd_established(self, name: str) -> None:
+        """A new CRD serves its kind only once Established (asynchronous on a real server);
+        waits for that, then forgets discovery so the kind resolves."""
+        self.wait_for(lambda: any(
+            c.get("type") == "Established" and c.get("status") == "True"
+            for c in (self.get("CustomResourceDefinition", name).get("status") or {})
+            .get("conditions") or []), f"CRD {name} Established")
+        with self._discovery_lock:
+            self._kinds = None
 
     def wait_node_ready(self, name: str, timeout: float = 30.0) -> dict:
         """Waits until kwok reports the node Ready and the node lifecycle controller lifted the

@@ -9,20 +9,8 @@ NewInvalid).
 from __future__ import annotations
 
 
-class ApiError(Exception):
-    def __init__(self, code: int, reason: str, message: str, details: dict | None = None):
-        super().__init__(message)
-        self.code = code
-        self.reason = reason
-        self.message = message
-        self.details = details
-
-    def status(self) -> dict:
-        body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                "message": self.message, "reason": self.reason, "code": self.code}
-        if self.details:
-            body["details"] = self.details
-        return body
+# One error class for both test clusters: the emulator answers with it, the real one's client raises it.
+from tests.support.controlplane.client import ApiError  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def qualified(res) -> str:
