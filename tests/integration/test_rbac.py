@@ -19,6 +19,7 @@ def without(manifest, resource, verb, path):
     for rule in role["rules"]:
         if resource in rule["resources"] and verb in rule["verbs"]:
             rule["verbs"] = [v for v in rule["verbs"] if v != verb]
+    role["rules"] = [rule for rule in role["rules"] if rule["verbs"]]
     path.write_text(yaml.safe_dump(role))
     return str(path)
 
