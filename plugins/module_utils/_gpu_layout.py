@@ -767,7 +767,8 @@ def _best_placement(geometry, occupied, requirement, memo):
 # --------------------------------------------------------------------------
 
 def plan_gpu(geometry: GpuGeometry, existing: Iterable[GpuInstance], target: Mapping[str, int], force: bool = False,
-             pinned: Sequence[PinnedGi] = (), evict_pods: bool = False) -> GpuPlan:
+             pinned: Sequence[PinnedGi] = (), evict_pods: bool = False,
+             evicted: Iterable[str] = ()) -> GpuPlan:
     """Plan the change from the existing layout to the target device counts.
 
     existing: GpuInstances now on the GPU (ids set, CIs with their pids and pods).
@@ -780,6 +781,8 @@ def plan_gpu(geometry: GpuGeometry, existing: Iterable[GpuInstance], target: Map
     evict_pods: devices allocated to pods may be destroyed; their pods are in the
         plan's evicted_pods (the processes of those pods go with them, so this does
         not need force).
+    evicted: pods ("namespace/pod") that go anyway (another GPU's change on the node
+        evicts them): destroying their devices here evicts nobody more.
 
     The plan keeps every GI and CI it can: it evicts as few pods as possible,
     then destroys as few devices with processes and as few MIG devices as
@@ -805,10 +808,12 @@ def plan_gpu(geometry: GpuGeometry, existing: Iterable[GpuInstance], target: Map
     if len({gi.gi_id for gi in existing}) != len(existing):
         raise LayoutError("existing GPU instance ids must be unique")
     validate_layout(geometry, existing, allow_empty_gis=True)
+    evicted = frozenset(evicted)
     if pins:
-        plan = _plan_with_pins(geometry, existing, counts, pins, force, evict_pods)
+        plan = _plan_with_pins(geometry, existing, counts, pins, force, evict_pods, evicted)
     else:
-        plan = _Planner(geometry, existing, counts, force=force, evict_pods=evict_pods).run()
+        plan = _Planner(geometry, existing, counts, force=force, evict_pods=evict_pods,
+                        evicted=evicted).run()
     busy, allocated = _held_devices(plan, force, evict_pods)
     refusals = []
     if busy:
@@ -822,6 +827,51 @@ def plan_gpu(geometry: GpuGeometry, existing: Iterable[GpuInstance], target: Map
         raise LayoutError(" ".join(refusals))
     check_plan(geometry, existing, total, plan, force=force, pinned=pins, evict_pods=evict_pods)
     return plan
+
+
+def evicted_pod_names(plan: GpuPlan) -> frozenset:
+    """The pods ("namespace/pod") a GPU's plan evicts."""
+    return frozenset(pod for pod, dummy in plan.evicted_pods)
+
+
+def plan_node_gpus(requests: Mapping[int, tuple], force: bool = False,
+                   evict_pods: bool = False) -> dict[int, GpuPlan | LayoutError]:
+    """plan_gpu for the GPUs of one node, a pod evicted once for the node (docs/rollout.md).
+
+    requests: {GPU index: (geometry, existing, target, pinned)}. Returns {GPU index: GpuPlan,
+    or the LayoutError that GPU's planning raised}. With evict_pods a pod holding devices on
+    several GPUs counts once: each GPU is planned knowing the pods the others' plans already
+    evict (GPU by GPU, then again while a GPU's plan can make the node's evicted pods fewer),
+    so among plans that are equal for one GPU the one evicting a pod that goes anyway wins.
+    """
+    plans = {}
+    gone = frozenset()
+
+    def plan(index, evicted):
+        geometry, existing, target, pinned = requests[index]
+        return plan_gpu(geometry, existing, target, force=force, pinned=pinned,
+                        evict_pods=evict_pods, evicted=evicted if evict_pods else ())
+
+    for index in sorted(requests):
+        try:
+            plans[index] = plan(index, gone)
+        except LayoutError as e:
+            plans[index] = e
+            continue
+        gone |= evicted_pod_names(plans[index])
+    planned = [i for i in sorted(plans) if isinstance(plans[i], GpuPlan)]
+    for dummy in range(len(planned) if evict_pods else 0):
+        better = False
+        for index in planned:
+            others = frozenset().union(*(evicted_pod_names(plans[i])
+                                         for i in planned if i != index))
+            again = plan(index, others)
+            now = len(others | evicted_pod_names(plans[index]))
+            if len(others | evicted_pod_names(again)) < now:
+                plans[index], better = again, True
+        if not better:
+            break
+    return plans
 
 
 def _may_destroy(ci, force, evict_pods):
@@ -838,7 +888,8 @@ def _held_devices(plan, force, evict_pods):
     return [pair for pair in held if not pair[1].pods], [pair for pair in held if pair[1].pods]
 
 
-def _plan_with_pins(geometry, existing, counts, pins, force=False, evict_pods=False):
+def _plan_with_pins(geometry, existing, counts, pins, force=False, evict_pods=False,
+                    evicted=frozenset()):
     """The pinned GIs take their places (kept when one is already exactly there); the planner
     places the other devices (counts) in what is left, keeping what it can of the other GIs."""
     keep, change, destroy, create, result = [], [], [], [], []
@@ -872,7 +923,8 @@ def _plan_with_pins(geometry, existing, counts, pins, force=False, evict_pods=Fa
         else:
             rest.append(gi)
     # The pins' own destructions evict their pods whatever the rest does: the rest may take those pods' other devices.
-    evicted = frozenset(pod for gi in destroy for ci in gi.compute_instances for pod in ci.pod_names)
+    evicted = evicted | frozenset(pod for gi in destroy for ci in gi.compute_instances
+                                  for pod in ci.pod_names)
     evicted |= frozenset(pod for c in change for ci in c.destroy for pod in ci.pod_names)
     around = _Planner(geometry, tuple(rest), counts, reserved=pins, force=force, evict_pods=evict_pods,
                       evicted=evicted).run()

@@ -201,6 +201,7 @@ def plan_host(nvml: Nvml, resolution: migparted.Resolution, gpus: dict[int, dict
     """
     work = []
     problems = []
+    planned = {}
     for target in resolution.targets:
         gpu = gpus[target.gpu.index]
         mode = nvml.mig_mode(gpu["index"])
@@ -220,14 +221,24 @@ def plan_host(nvml: Nvml, resolution: migparted.Resolution, gpus: dict[int, dict
         try:
             item.geometry = read_geometry(nvml, item.index)
             item.before = read_layout(nvml, item.index, holders) if enabled_now else ()
-            item.plan = layout.plan_gpu(item.geometry, item.before, target.mig_devices, force=force,
-                                        pinned=target.pinned, evict_pods=evict_pods)
         except RefusedError as e:
             if item.mode_mismatch is None:
                 problems.append("%s: %s: %s" % (item.label, target.entry.label, e))
             # else: check mode before the mode change on an older driver; the mode change is the news.
+            continue
         except layout.LayoutError as e:
             problems.append("%s: %s: %s" % (item.label, target.entry.label, e))
+            continue
+        planned[item.index] = item
+    # One node: a pod holding devices on several GPUs is evicted once (layout.plan_node_gpus).
+    requests = dict((i, (item.geometry, item.before, item.target.mig_devices, item.target.pinned))
+                    for i, item in planned.items())
+    plans = layout.plan_node_gpus(requests, force=force, evict_pods=evict_pods)
+    for index, item in sorted(planned.items()):
+        if isinstance(plans[index], layout.LayoutError):
+            problems.append("%s: %s: %s" % (item.label, item.target.entry.label, plans[index]))
+        else:
+            item.plan = plans[index]
     if problems:
         raise RefusedError("Nothing was changed. " + " | ".join(problems))
     return work
