@@ -212,8 +212,8 @@ class DemandTracker(object):
 
     def complete(self, now: float) -> bool:
         """Whether the demand may be emitted: every watched kind has been listed once (a kind the
-        cluster does not serve lists as none). A kind still not listed ``patience`` seconds after the
-        start (its API keeps failing) no longer holds the others back; that is said once."""
+        cluster does not serve lists as none). A kind still not listed ``patience`` seconds after
+        the start (its API keeps failing) no longer holds the others back; that is said once."""
         missing = [kind for kind in self.kinds if kind not in self.listed]
         if not missing:
             return True
@@ -222,7 +222,8 @@ class DemandTracker(object):
         if not self._gave_up:
             self._gave_up = True
             self._warnings.append("%s not listed %d s after the start: the demand is emitted "
-                                  "without them until they are" % (", ".join(missing), self._patience))
+                                  "without them until they are"
+                                  % (", ".join(missing), self._patience))
         return True
 
     def take_warnings(self) -> list[str]:

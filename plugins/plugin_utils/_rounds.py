@@ -5,10 +5,16 @@
 """One round of the demand loop (playbooks/demand_round.yml, docs/dynamic.md): which planned nodes may
 change now, which are held for a person, and what the round reports.
 
+- ``settings``: the round's variables (``gpuops_mig_round_*``), checked and with their defaults, before
+  the round takes its lease; the report shows them, and the apply takes its batch size from them (a play's
+  ``serial`` is not templated from inventory variables).
 - ``gate``: may a round start now (the cooldown since the last round that changed something).
 - ``select``: from the plan (playbooks/plan.yml's JSON), the pods and the Nodes, the nodes applied at
   once (their change evicts nothing and changes no MIG mode), the ones held and why, within the
   round's ``max_nodes``. A person approves a held node by its plan's ``config_label``.
+- ``plan_policy``: the planner's policy for the round: the nodes ``select`` would hold whatever their
+  plan (their last change failed, or an earlier round did not finish them) are not offered to the planner,
+  so the demand goes to nodes the round may change.
 - ``record``: the state the next round reads (when a round last changed nodes, which changes never
   finished). Written before the apply (its nodes unfinished) and again after it (finished), so a round
   that dies half-way leaves its nodes held.
@@ -56,6 +62,66 @@ def _seconds(value, what):
     if number < 0:
         raise RoundError("%s must not be negative, got %s" % (what, describe(value)))
     return number
+
+
+# setting: (variable, default, kind). "count": a whole number >= 0; "positive": >= 1; "flag": true or
+# false (the rulebook renders its variables as text); "batch": a number >= 1 or a percentage; "name": text.
+SETTINGS = {
+    "max_nodes": ("gpuops_mig_round_max_nodes", 1, "count"),
+    "cooldown": ("gpuops_mig_round_cooldown", 300, "count"),
+    "dry_run": ("gpuops_mig_round_dry_run", False, "flag"),
+    "serial": ("gpuops_mig_round_serial", 1, "batch"),
+    "lease_duration": ("gpuops_mig_round_lease_duration", 900, "positive"),
+    "lease_wait": ("gpuops_mig_round_lease_wait", 0, "count"),
+    "lease_namespace": ("gpuops_mig_round_lease_namespace", "default", "name"),
+    "deploy_device_plugin": ("gpuops_mig_round_deploy_device_plugin", False, "flag"),
+}
+# Round variables that are not settings (the round directory, the event), and the round's artifact.
+_OTHER_VARIABLES = ("gpuops_mig_round_dir", "gpuops_mig_round_event", "gpuops_mig_round")
+_FLAGS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+
+
+def _setting(variable, value, kind):
+    if kind in ("count", "positive"):
+        number = _seconds(value, variable)
+        if kind == "positive" and number < 1:
+            raise RoundError("%s must be at least 1, got %s" % (variable, describe(value)))
+        return number
+    if kind == "flag":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _FLAGS:
+            return _FLAGS[value.strip().lower()]
+        raise RoundError("%s must be true or false, got %s" % (variable, describe(value)))
+    if kind == "batch":
+        text = str(value).strip() if not isinstance(value, bool) else ""
+        if text.endswith("%") and text[:-1].isdigit() and 1 <= int(text[:-1]) <= 100:
+            return text
+        if text.isdigit() and int(text) >= 1:
+            return int(text)
+        raise RoundError("%s must be a number of nodes (at least 1) or a percentage, got %s"
+                         % (variable, describe(value)))
+    if not isinstance(value, str) or not value.strip():
+        raise RoundError("%s must be a name, got %s" % (variable, describe(value)))
+    return value.strip()
+
+
+def settings(variables: Any) -> dict[str, Any]:
+    """The round's settings from its variables ({gpuops_mig_round_*: value}, as the play sees them: extra
+    vars from the rulebook, group_vars), checked, with the defaults of docs/dynamic.md for those unset
+    (None or ''). A value of the wrong type or a negative number of seconds is refused naming the variable,
+    and so is an unknown gpuops_mig_round_* variable (a misspelt setting would otherwise be ignored)."""
+    variables = _mapping(variables, "the round's variables")
+    known = set(v for v, dummy, dummy in SETTINGS.values()) | set(_OTHER_VARIABLES)
+    unknown = sorted(str(name) for name in variables if str(name) not in known)
+    if unknown:
+        raise RoundError("unknown round variable(s) %s; the round's settings are %s"
+                         % (", ".join(unknown), ", ".join(v for v, dummy, dummy in SETTINGS.values())))
+    out = {}
+    for name, (variable, default, kind) in SETTINGS.items():
+        value = variables.get(variable)
+        out[name] = default if value is None or value == "" else _setting(variable, value, kind)
+    return out
 
 
 def _time(text):
@@ -125,6 +191,41 @@ def _approved(approvals):
     return approved
 
 
+def blocked(nodes: Any, state: Any) -> dict[str, list[str]]:
+    """{node: [why, ...]} of the nodes a round holds whatever their plan: the Node's last change failed
+    (nvidia.com/mig.config.state=failed), or an earlier round did not finish changing it."""
+    state = _mapping(state, "the round state")
+    unfinished = _mapping(state.get("unfinished"), "the round state's unfinished nodes")
+    out = {}
+    for name, labels in _node_labels(nodes).items():
+        if labels.get(FAILED_STATE_LABEL) == "failed":
+            out.setdefault(name, []).append(
+                "the last change failed on this node (%s=failed): a person must look at it and clear "
+                "the label" % FAILED_STATE_LABEL)
+    for name in unfinished:
+        out.setdefault(name, []).append(
+            "round %s did not finish changing this node: a person must check it and remove it from "
+            "the state file's unfinished nodes" % unfinished[name])
+    return out
+
+
+def plan_policy(policy: Any, hosts: Any, nodes: Any = None, state: Any = None) -> dict[str, Any]:
+    """The planner's policy for a round: gpuops_mig_plan_policy with the nodes the round would hold
+    whatever their plan (``blocked``) taken out of the nodes it may touch (all ``hosts`` when the policy
+    names none), so the planner gives the demand to nodes the round can change."""
+    policy = dict(_mapping(policy, "gpuops_mig_plan_policy"))
+    held = blocked(nodes, state)
+    if not held:
+        return policy
+    touchable = policy.get("nodes")
+    if touchable is None:
+        touchable = hosts or []
+    if not isinstance(touchable, (list, tuple)):
+        return policy   # the planner says what is wrong with it
+    policy["nodes"] = [n for n in touchable if n not in held]
+    return policy
+
+
 def select(plan: Any, pods: Any = None, nodes: Any = None, settings: Any = None, approvals: Any = None,
            state: Any = None) -> dict[str, Any]:
     """The round's decision for every node the plan touches.
@@ -144,8 +245,7 @@ def select(plan: Any, pods: Any = None, nodes: Any = None, settings: Any = None,
     k8s_names = _mapping(settings.get("k8s_node_names"), "k8s_node_names")
     approved = _approved(approvals)
     state = _mapping(state, "the round state")
-    unfinished = set(_mapping(state.get("unfinished"), "the round state's unfinished nodes"))
-    labels = _node_labels(nodes)
+    held = blocked(nodes, state)
 
     decisions = {}
     candidates = []
@@ -168,13 +268,8 @@ def select(plan: Any, pods: Any = None, nodes: Any = None, settings: Any = None,
             if entry.get("pod_map_unknown"):
                 evicts_from = ("the node's GPU pods: the node is drained, since which pod holds which MIG device "
                                "is unknown: %s" % entry["pod_map_unknown"])
-        blockers, reasons = [], []
-        if (labels.get(k8s_name) or {}).get(FAILED_STATE_LABEL) == "failed":
-            blockers.append("the last change failed on this node (%s=failed): a person must look at it and "
-                            "clear the label" % FAILED_STATE_LABEL)
-        if name in unfinished:
-            blockers.append("round %s did not finish changing this node: a person must check it and remove it "
-                            "from the state file's unfinished nodes" % state["unfinished"][name])
+        reasons = []
+        blockers = [why for key in dict.fromkeys((k8s_name, name)) for why in held.get(key, [])]
         if mode_changes:
             reasons.append("turns MIG on for GPU %s (a MIG mode change: a GPU reset or a reboot)"
                            % ", ".join(str(i) for i in mode_changes))
@@ -238,21 +333,25 @@ def select(plan: Any, pods: Any = None, nodes: Any = None, settings: Any = None,
     }
 
 
-def record(state: Any, round_id: str, selection: Mapping[str, Any], finished: bool, now: Any = None) -> dict[str, Any]:
+def record(state: Any, round_id: str, selection: Mapping[str, Any], finished: bool, now: Any = None,
+           failed: Any = None) -> dict[str, Any]:
     """The state with this round in it: when a round last changed nodes, and which changes did not finish.
 
     Before the apply ``finished`` is False: the round's nodes are unfinished, and stay so (held by the next
     rounds until a person removes them) if the apply never comes back. After it, True takes them out and
     stamps the end of the change (the cooldown runs from there): the playbook hands both calls the state
     the round read at its start, so the finishing call must not rely on the first one's stamp.
+    ``failed``: the nodes whose change failed (the apply went on with the others): only they stay
+    unfinished; a node the round never reached is not.
     """
     state = dict(_mapping(state, "the round state"))
     selection = _mapping(selection, "the round's selection")
     unfinished = dict(_mapping(state.get("unfinished"), "the round state's unfinished nodes"))
     applied = list(selection.get("apply") or [])
+    failed = set(failed or ())
     stamp = _now(now).strftime("%Y-%m-%dT%H:%M:%SZ")
     for name in applied:
-        if finished:
+        if finished and name not in failed:
             unfinished.pop(name, None)
         else:
             unfinished[name] = round_id
@@ -262,15 +361,27 @@ def record(state: Any, round_id: str, selection: Mapping[str, Any], finished: bo
     return state
 
 
-def outcome_lines(selection: Mapping[str, Any]) -> list[str]:
-    """What the round prints: one line per planned node, then the totals."""
+def outcome_lines(selection: Mapping[str, Any], failed: Any = None) -> list[str]:
+    """What the round prints: one line per planned node, the demand no GPU of the fleet can meet (naming
+    who asks for it), then the totals. ``failed``: {node: why} of the nodes whose change failed."""
+    failed = _mapping(failed, "the failed nodes")
     lines = []
     for name in selection.get("planned") or []:
         entry = selection["nodes"][name]
+        decision = "failed" if name in failed else entry["decision"]
+        reasons = list(entry["reasons"]) + ([str(failed[name])] if name in failed else [])
         lines.append("%-20s %-8s destroys %d, creates %d%s" % (
-            name, entry["decision"], entry["destroyed"], entry["created"],
-            (": " + "; ".join(entry["reasons"])) if entry["reasons"] else ""))
-    lines.append("round: %d planned, %d applied%s, %d held" % (
-        len(selection.get("planned") or []), len(selection.get("apply") or selection.get("would_apply") or []),
-        " (dry run: none changed)" if selection.get("dry_run") else "", len(selection.get("held") or [])))
+            name, decision, entry["destroyed"], entry["created"],
+            (": " + "; ".join(reasons)) if reasons else ""))
+    for row in selection.get("unresolved") or []:
+        if isinstance(row, Mapping):
+            lines.append("not planned: %s x%s, %s; asked by %s" % (
+                row.get("request"), row.get("count"), row.get("reason") or "no GPU of the fleet offers it",
+                ", ".join(str(s) for s in row.get("sources") or []) or "?"))
+    applied = len(selection.get("apply") or selection.get("would_apply") or []) - len(failed)
+    lines.append("round: %d planned, %d applied%s, %d held%s" % (
+        len(selection.get("planned") or []), applied,
+        " (dry run: none changed)" if selection.get("dry_run") else "", len(selection.get("held") or []),
+        ", %d failed (%s): held until a person clears them" % (len(failed), ", ".join(sorted(failed)))
+        if failed else ""))
     return lines

@@ -300,3 +300,87 @@ def test_a_round_plans_for_pending_claims_and_waiting_workloads_as_plan_yml_does
     assert sorted((a["request"], a["requested"]) for a in last["asked"]) == [("1g.10gb", 1), ("3g.40gb", 1)], last
     assert last["would_apply"] == ["gpu-b"] and last["applied"] == []
     assert fleet.devices("gpu-b") == {0: {}}
+
+
+def round_fleet(tmp_path, kube_api, kube_env, *names):
+    """Hosts of one H100 each, MIG on, no device, no pod; group_vars/all as the docs say for round variables."""
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    for name in names:
+        sim.create_state(fleet.add(name, "1xH100-SXM5-80GB"), "1xH100-SXM5-80GB", seed=name, mig="enabled",
+                         force=True)
+    kube_api.seed(*device_plugin_daemonsets())
+    return fleet
+
+
+def test_every_documented_round_setting_reaches_the_round(kube_api, kube_env, tmp_path):
+    """Issue 33: the four settings the rulebook passes arrive as extra vars (text, as ansible-rulebook renders
+    them), the others from the inventory's group_vars/all, as docs/dynamic.md says; the report shows what the
+    round used, and site.yml's batches follow gpuops_mig_round_serial (two nodes in one batch)."""
+    fleet = round_fleet(tmp_path, kube_api, kube_env, "gpu-b", "gpu-c")
+    kube_api.seed(seed.namespace("gpu-ops"))
+    kube_api.seed(seed.pod("big-1", limits={"nvidia.com/mig-7g.80gb": 1}),
+                  seed.pod("big-2", limits={"nvidia.com/mig-7g.80gb": 1}))
+    (fleet.dir / "group_vars" / "all" / "round.yml").write_text(yaml.safe_dump({
+        "gpuops_mig_round_serial": 2, "gpuops_mig_round_lease_duration": 600, "gpuops_mig_round_lease_wait": 5,
+        "gpuops_mig_round_lease_namespace": "gpu-ops", "gpuops_mig_round_deploy_device_plugin": False}))
+    round_dir = tmp_path / "rounds"
+    run = fleet.run("playbooks/demand_round.yml", {
+        "gpuops_mig_round_dir": str(round_dir), "gpuops_mig_round_max_nodes": "2",
+        "gpuops_mig_round_cooldown": "0", "gpuops_mig_round_dry_run": "False",
+        "mig_node_validate_delay": "1", "mig_node_drain_retry_delay": "1"})
+    assert run.returncode == 0, output(run)
+    assert "Batch 1: gpu-b, gpu-c (2 of 2 node(s) to change)" in run.stdout, output(run)
+    assert "Batch 2" not in run.stdout
+    last = json.loads((round_dir / "last-round.json").read_text())
+    assert last["settings"] == {"max_nodes": 2, "cooldown": 0, "dry_run": False, "serial": 2,
+                                "lease_duration": 600, "lease_wait": 5, "lease_namespace": "gpu-ops",
+                                "deploy_device_plugin": False}, last
+    assert last["applied"] == ["gpu-b", "gpu-c"] and last["failed"] == {}, last
+
+
+def test_a_bad_round_setting_fails_before_the_lease_naming_the_variable(kube_api, kube_env, tmp_path):
+    """Bad input (issue 33): a negative cooldown from group_vars, a max_nodes that is no number from the
+    rulebook: the round stops at once naming the variable; no lease, no plan, no files."""
+    fleet = round_fleet(tmp_path, kube_api, kube_env, "gpu-b")
+    kube_api.seed(seed.pod("wants-1g", limits={MIG_1G: 1}))
+    (fleet.dir / "group_vars" / "all" / "round.yml").write_text(yaml.safe_dump({"gpuops_mig_round_cooldown": -60}))
+    round_dir = tmp_path / "rounds"
+    for extra, named in (({}, "gpuops_mig_round_cooldown must not be negative, got -60"),
+                         ({"gpuops_mig_round_cooldown": "0", "gpuops_mig_round_max_nodes": "two"},
+                          "gpuops_mig_round_max_nodes must be a whole number")):
+        run = fleet.run("playbooks/demand_round.yml", dict(extra, gpuops_mig_round_dir=str(round_dir)))
+        assert run.returncode != 0
+        assert named in run.stdout, output(run)
+        assert "TASK [Take the round's lease" not in run.stdout and "TASK [Plan]" not in run.stdout
+        assert kube_api.find("Lease", "gpuops-mig-demand-round") is None and not round_dir.exists()
+
+
+def test_a_round_whose_node_fails_releases_its_lease_reports_and_leaves_only_that_node_unfinished(
+        kube_api, kube_env, tmp_path):
+    """Issue 33: gpu-c's change fails (NVML refuses the new GPU instance); gpu-b, in its own batch, is
+    changed. The round still closes: its lease released, its report written with gpu-c failed, only gpu-c
+    unfinished; then it fails naming gpu-c. The next round does not plan the demand onto gpu-c."""
+    fleet = round_fleet(tmp_path, kube_api, kube_env, "gpu-b", "gpu-c")
+    kube_api.seed(seed.pod("big-1", limits={"nvidia.com/mig-7g.80gb": 1}),
+                  seed.pod("big-2", limits={"nvidia.com/mig-7g.80gb": 1}))
+    sim.add_fault(fleet.state_path("gpu-c"), "nvmlDeviceCreateGpuInstanceWithPlacement", "INSUFFICIENT_RESOURCES",
+                  sticky=True)
+    round_dir = tmp_path / "rounds"
+    round_vars = {"gpuops_mig_round_dir": str(round_dir), "gpuops_mig_round_max_nodes": 2,
+                  "gpuops_mig_round_cooldown": 0, "mig_node_validate_delay": "1",
+                  "mig_node_drain_retry_delay": "1"}
+    run = fleet.run("playbooks/demand_round.yml", round_vars)
+    assert run.returncode != 0
+    assert "1 node(s) failed in round" in run.stdout, output(run)
+    last = json.loads((round_dir / "last-round.json").read_text())
+    assert last["applied"] == ["gpu-b"] and sorted(last["failed"]) == ["gpu-c"], last
+    state = json.loads((round_dir / "state.json").read_text())
+    assert sorted(state["unfinished"]) == ["gpu-c"] and "last_change" in state
+    assert kube_api.find("Lease", "gpuops-mig-demand-round") is None        # released
+    assert fleet.devices("gpu-b") == {0: {"7g.80gb": 1}}
+
+    # The pod still waiting is not planned onto gpu-c (held), so nothing is planned: gpu-c is not chosen.
+    run = fleet.run("playbooks/demand_round.yml", dict(round_vars, gpuops_mig_round_dry_run=True))
+    assert run.returncode == 0, output(run)
+    last = json.loads((round_dir / "last-round.json").read_text())
+    assert "gpu-c" not in last["planned"] and last["would_apply"] == [], last

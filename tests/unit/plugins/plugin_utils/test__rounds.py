@@ -153,3 +153,79 @@ def test_idle_devices_are_reshaped_when_demand_needs_their_slices_but_allocated_
     unsure = {"gpu-a": node_facts([h100((1, "3g.40gb", 0, ()), (2, "3g.40gb", 4, ()))])}
     kept = fp.plan_fleet(unsure, {"1g.10gb": 4}, in_use={"gpu-a": {"3g.40gb": 1}})
     assert kept["nodes"]["gpu-a"]["touched"] is False
+
+
+def test_settings_take_every_documented_variable_and_their_defaults():
+    """Issue 33: each gpuops_mig_round_* setting of docs/dynamic.md reaches the round as set (the rulebook
+    renders its variables as text), the others keep their defaults."""
+    assert r.settings({}) == {"max_nodes": 1, "cooldown": 300, "dry_run": False, "serial": 1,
+                              "lease_duration": 900, "lease_wait": 0, "lease_namespace": "default",
+                              "deploy_device_plugin": False}
+    got = r.settings({"gpuops_mig_round_max_nodes": "4", "gpuops_mig_round_cooldown": "0",
+                      "gpuops_mig_round_dry_run": "True", "gpuops_mig_round_serial": 4,
+                      "gpuops_mig_round_lease_duration": 120, "gpuops_mig_round_lease_wait": "30",
+                      "gpuops_mig_round_lease_namespace": "gpu-ops",
+                      "gpuops_mig_round_deploy_device_plugin": True,
+                      "gpuops_mig_round_dir": "", "gpuops_mig_round_event": {"waiting": 1}})
+    assert got == {"max_nodes": 4, "cooldown": 0, "dry_run": True, "serial": 4, "lease_duration": 120,
+                   "lease_wait": 30, "lease_namespace": "gpu-ops", "deploy_device_plugin": True}
+    assert r.settings({"gpuops_mig_round_serial": "25%"})["serial"] == "25%"
+    assert set(r.settings({})) == set(r.SETTINGS)
+
+
+@pytest.mark.parametrize("variables, message", [
+    ({"gpuops_mig_round_cooldown": -5}, "gpuops_mig_round_cooldown must not be negative, got -5"),
+    ({"gpuops_mig_round_max_nodes": "two"}, "gpuops_mig_round_max_nodes must be a whole number"),
+    ({"gpuops_mig_round_dry_run": "maybe"}, "gpuops_mig_round_dry_run must be true or false"),
+    ({"gpuops_mig_round_serial": 0}, "gpuops_mig_round_serial must be a number of nodes"),
+    ({"gpuops_mig_round_serial": "150%"}, "gpuops_mig_round_serial must be a number of nodes"),
+    ({"gpuops_mig_round_lease_duration": 0}, "gpuops_mig_round_lease_duration must be at least 1"),
+    ({"gpuops_mig_round_lease_wait": [1]}, "gpuops_mig_round_lease_wait must be a whole number"),
+    ({"gpuops_mig_round_lease_namespace": 5}, "gpuops_mig_round_lease_namespace must be a name"),
+    ({"gpuops_mig_round_maxnodes": 2}, "unknown round variable.s. gpuops_mig_round_maxnodes"),
+])
+def test_bad_settings_are_refused_naming_the_variable(variables, message):
+    with pytest.raises(r.RoundError, match=message):
+        r.settings(variables)
+
+
+def failed_node(name):
+    return {"metadata": {"name": name, "labels": {r.FAILED_STATE_LABEL: "failed"}}}
+
+
+def test_the_planner_is_not_offered_the_nodes_the_round_would_hold():
+    """Issue 33: a node whose last change failed, or that an earlier round left unfinished, is held by
+    the selection whatever its plan; the planner must give the demand to another node."""
+    state = {"unfinished": {"gpu-c": "round-1"}}
+    nodes = [failed_node("gpu-a"), {"metadata": {"name": "gpu-b"}}]
+    assert r.plan_policy({}, ["gpu-a", "gpu-b", "gpu-c"], nodes, state) == {"nodes": ["gpu-b"]}
+    assert r.plan_policy({"nodes": ["gpu-a", "gpu-b"], "spare": {"1g.10gb": 1}}, ["gpu-a", "gpu-b", "gpu-c"],
+                         nodes, state) == {"nodes": ["gpu-b"], "spare": {"1g.10gb": 1}}
+    assert r.plan_policy({"spare": {}}, ["gpu-b"], [], {}) == {"spare": {}}   # nothing held: as given
+    both = r.blocked([failed_node("gpu-c")], state)["gpu-c"]
+    assert [why.split(" ")[0] for why in both] == ["the", "round"]
+
+
+def test_a_failed_round_leaves_unfinished_only_the_nodes_that_failed():
+    """Issue 33: the apply goes on past a failed node; the round's closing record keeps that node
+    unfinished, takes out the nodes it changed and the ones it never reached, and says so."""
+    selection = {"apply": ["gpu-a", "gpu-b", "gpu-c"], "planned": ["gpu-a", "gpu-b", "gpu-c"],
+                 "held": [], "nodes": dict((n, {"decision": "apply", "destroyed": 0, "created": 1,
+                                                "reasons": []}) for n in ("gpu-a", "gpu-b", "gpu-c"))}
+    before = r.record({}, "round-2", selection, False, now="2026-11-25T10:00:00Z")
+    assert sorted(before["unfinished"]) == ["gpu-a", "gpu-b", "gpu-c"]
+    after = r.record({}, "round-2", selection, True, now="2026-11-25T10:05:00Z", failed=["gpu-b"])
+    assert after["unfinished"] == {"gpu-b": "round-2"} and after["last_change"] == "2026-11-25T10:05:00Z"
+    lines = r.outcome_lines(selection, {"gpu-b": "gpu-b: the layout step failed"})
+    assert lines[1].startswith("gpu-b                failed   destroys 0, creates 1: gpu-b: the layout")
+    assert lines[-1] == ("round: 3 planned, 2 applied, 0 held, 1 failed (gpu-b): held until a person "
+                         "clears them")
+
+
+def test_demand_no_gpu_can_meet_is_reported_naming_who_asks():
+    selection = r.select({"nodes": {}, "report": {"unresolved": [
+        {"request": "9g.900gb", "count": 1, "reason": "no GPU of the fleet offers 9g.900gb",
+         "sources": ["ml/wants-huge"]}]}})
+    assert selection["apply"] == [] and selection["planned"] == []
+    assert r.outcome_lines(selection)[0] == ("not planned: 9g.900gb x1, no GPU of the fleet offers 9g.900gb; "
+                                             "asked by ml/wants-huge")
