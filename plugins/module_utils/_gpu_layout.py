@@ -236,8 +236,8 @@ class ComputeInstance:
 
 
 def pod_name(holder: str) -> str:
-    """"namespace/pod" of a "namespace/pod/container" holder: a pod is evicted whole, whatever container holds
-    the device (Kubernetes names contain no "/")."""
+    """"namespace/pod" of a "namespace/pod/container" holder: a pod is evicted whole, whatever
+    container holds the device (Kubernetes names contain no "/")."""
     return "/".join(str(holder).split("/")[:2])
 
 
@@ -311,8 +311,9 @@ class GpuPlan:
 
     @property
     def evicted_pods(self) -> tuple[tuple[str, tuple[tuple[GpuInstance, ComputeInstance], ...]], ...]:
-        """The pods that must go because the plan destroys a device allocated to them, in name order:
-        ((pod, ((GpuInstance, ComputeInstance), ...)), ...), each pod once whatever number of its devices go."""
+        """The pods that must go because the plan destroys a device allocated to them, in name
+        order: ((pod, ((GpuInstance, ComputeInstance), ...)), ...), each pod once whatever number
+        of its devices go."""
         devices = {}
         for gi, ci in self.destroyed_compute_instances():
             for pod in ci.pod_names:
@@ -824,7 +825,9 @@ def plan_gpu(geometry: GpuGeometry, existing: Iterable[GpuInstance], target: Map
                         "Evict those pods first, or plan with evict_pods to have them listed."
                         % _devices_text(geometry, allocated))
     if refusals:
-        raise LayoutError(" ".join(refusals))
+        raise LayoutError(" ".join(refusals),
+                          details={"busy": _devices_data(geometry, busy),
+                                   "allocated": _devices_data(geometry, allocated)})
     check_plan(geometry, existing, total, plan, force=force, pinned=pins, evict_pods=evict_pods)
     return plan
 
@@ -875,8 +878,8 @@ def plan_node_gpus(requests: Mapping[int, tuple], force: bool = False,
 
 
 def _may_destroy(ci, force, evict_pods):
-    """A device allocated to pods goes only when its pods may be evicted (its processes are theirs and go with
-    them); a device with processes of no pod only with force."""
+    """A device allocated to pods goes only when its pods may be evicted (its processes are theirs
+    and go with them); a device with processes of no pod only with force."""
     if ci.pods:
         return evict_pods
     return force or not ci.pids
@@ -922,7 +925,8 @@ def _plan_with_pins(geometry, existing, counts, pins, force=False, evict_pods=Fa
             destroy.append(gi)
         else:
             rest.append(gi)
-    # The pins' own destructions evict their pods whatever the rest does: the rest may take those pods' other devices.
+    # The pins' own destructions evict their pods whatever the rest does: the rest may take those
+    # pods' other devices.
     evicted = evicted | frozenset(pod for gi in destroy for ci in gi.compute_instances
                                   for pod in ci.pod_names)
     evicted |= frozenset(pod for c in change for ci in c.destroy for pod in ci.pod_names)
@@ -952,8 +956,8 @@ def _device_text(geometry, gi, ci):
 
 
 def describe_holder(name: str) -> str:
-    """A ``namespace/pod/container`` holder of a device in words: ``pod ns/name (container c)``; ``pod ns/name``
-    for a ``namespace/pod`` holder (a DRA claim's, which belongs to the pod)."""
+    """A ``namespace/pod/container`` holder of a device in words: ``pod ns/name (container c)``;
+    ``pod ns/name`` for a ``namespace/pod`` holder (a DRA claim's, which belongs to the pod)."""
     namespace, pod, container = (name.split("/", 2) + ["", ""])[:3]
     if not container:
         return "pod %s/%s" % (namespace, pod)
@@ -964,8 +968,15 @@ def _devices_text(geometry, pairs):
     return "; ".join(_device_text(geometry, gi, ci) for gi, ci in pairs)
 
 
-# A plan's cost, compared as a tuple: devices destroyed without leave (must be 0 for a plan to be returned),
-# pods evicted, devices with processes destroyed, devices destroyed.
+def _devices_data(geometry, pairs):
+    """The (GI, CI) pairs as data: ids, device name, UUID, processes, the pods that hold them."""
+    return [{"gi_id": gi.gi_id, "ci_id": ci.ci_id,
+             "device": geometry.device_name(gi.profile_id, ci.profile_id),
+             "uuid": ci.uuid, "pids": list(ci.pids), "pods": list(ci.pods)} for gi, ci in pairs]
+
+
+# A plan's cost, compared as a tuple: devices destroyed without leave (must be 0 for a plan to be
+# returned), pods evicted, devices with processes destroyed, devices destroyed.
 _NO_COST = (0, 0, 0, 0)
 
 
@@ -989,9 +1000,9 @@ class _KeepOption:
     add_starts: tuple    # per demanded name: CI starts that can be added, lowest first
 
 
-# One way to serve a GI profile's devices with a given set of kept GIs.
-# choices: ((position in _Planner._kept_order(kept), option number, added name index or None, added count), ...)
-# supplied: devices of each demanded name the kept GIs provide; new GIs make up the rest.
+# One way to serve a GI profile's devices with a given set of kept GIs. choices: ((position in
+# _Planner._kept_order(kept), option number, added name index or None, added count), ...) supplied:
+# devices of each demanded name the kept GIs provide; new GIs make up the rest.
 _FrontierEntry = namedtuple("_FrontierEntry", "new_gis cost shared choices supplied")
 
 
@@ -1014,10 +1025,11 @@ class _Planner:
         self.force = force
         self.evict_pods = evict_pods
         self.evicted = evicted   # pods that go anyway (a pin destroys one of their devices): free to evict
-        # Pinned GIs placed outside the search: their slices, SM slices and profile counts are taken.
+        # Pinned GIs placed outside the search: their slices, SM slices and profile counts are
+        # taken.
         self.reserved_mask, self.reserved_sm, self.reserved_count = _reservation(geometry, reserved)
-        # A pod holding devices in two GIs is evicted once whichever of them go, so such pods are carried as
-        # sets; the others are counted per GI, which keeps the search additive.
+        # A pod holding devices in two GIs is evicted once whichever of them go, so such pods are
+        # carried as sets; the others are counted per GI, which keeps the search additive.
         holders = {}
         for index, gi in enumerate(existing):
             for ci in gi.compute_instances:
@@ -1138,8 +1150,9 @@ class _Planner:
         entries.sort(key=lambda e: (e.new_gis, _total(e.cost, e.shared), e.cost, sorted(e.shared)))
         frontier = []
         for entry in entries:
-            # Needing more new GIs only pays if it costs less. With shared pods, whatever the other GIs evict,
-            # an entry that costs no more and evicts only shared pods the entry evicts too is never worse.
+            # Needing more new GIs only pays if it costs less. With shared pods, whatever the other
+            # GIs evict, an entry that costs no more and evicts only shared pods the entry evicts
+            # too is never worse.
             if not any(f.cost <= entry.cost and f.shared <= entry.shared for f in frontier):
                 frontier.append(entry)
         self.frontier_memo[key] = frontier
@@ -1201,7 +1214,8 @@ class _Planner:
             if best is None or rank < best[0]:
                 best = (rank, kept, [c[2] for c in combo], starts)
         if best is None:
-            # validate_target proved the target fits an empty GPU, and emptying it is always allowed.
+            # validate_target proved the target fits an empty GPU, and emptying it is always
+            # allowed.
             raise LayoutError("internal planner error: no plan found")
         return self._build(best[1], profiles, best[2], best[3])
 

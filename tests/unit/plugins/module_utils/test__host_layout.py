@@ -111,3 +111,28 @@ def test_a_pod_on_two_gpus_is_evicted_once_for_the_node(nvml_host):
     counts = [dict(geometry.layout.device_counts(item.geometry, item.plan.result))
               for item in work]
     assert counts == [{"7g.80gb": 1}, {"3g.40gb": 1, "2g.20gb": 1}]
+
+
+def test_a_refusal_says_as_data_which_pods_hold_the_devices_in_the_way(nvml_host):
+    """Issue 33, item 4: a plan that must destroy a device a pod holds is refused before any
+    change, and the refusal (RefusedError.details, mig_config's refusals) names the GPU, the device
+    and its pod with reason allocated; a device with processes of no pod is reason other."""
+    from ansible_collections.gpuops.mig.plugins.module_utils._errors import RefusedError
+
+    path = nvml_host("2xH100-SXM5-80GB", mig="enabled")
+    with Nvml() as nvml:
+        for index in (0, 1):
+            gi = nvml.create_gpu_instance(index, 9, 0, 4)
+            nvml.create_compute_instance(index, gi, 2, 0)
+        uuid = nvml.layout(0)[0]["compute_instances"][0]["mig_device_uuid"]
+        sim.add_process(path, 1, pid=4242, gi=nvml.layout(1)[0]["id"], ci=0)
+        entries = geometry.load_entries(layouts=[{"gpus": "all", "devices": {"7g.80gb": 1}}])
+        resolution, gpus = geometry.resolve(nvml, entries)
+        with pytest.raises(RefusedError) as refused:
+            geometry.plan_host(nvml, resolution, gpus, holders={uuid: ("ml/late/main",)})
+    assert str(refused.value).startswith("Nothing was changed.")
+    by_gpu = dict((r["gpu"], r) for r in refused.value.details["refusals"])
+    assert by_gpu[0]["reason"] == "allocated" and by_gpu[1]["reason"] == "other"
+    assert [(d["uuid"], d["device"], d["pods"]) for d in by_gpu[0]["devices"]] == [
+        (uuid, "3g.40gb", ["ml/late/main"])]
+    assert by_gpu[1]["devices"] == [] and "4242" in by_gpu[1]["message"]
