@@ -20,8 +20,20 @@ evicted by:
   force of the test helpers (every final layout, every CI content; it shares no
   code with the planner).
 
+--multi-gpu measures pods that hold devices on several GPUs instead (docs/rollout.md):
+2-GPU H100-80GB nodes, each GPU its own named config before and another after; half
+the devices of each GPU (rounded down) are allocated, and as many pods as possible
+hold one device on each GPU (the rest one device each). Per transition it counts:
+
+* per GPU: each GPU planned on its own (plan_gpu(evict_pods=True)), as the live
+  drain did before: a pod whose devices go on both GPUs counts once, but a tie on
+  one GPU may take a pod the other GPU keeps;
+* node: _gpu_layout.plan_node_gpus, what mig_node_info plans now;
+* minimum: the exhaustive minimum over every combination of valid per-GPU plans.
+
 Usage (from the repository root):
     .venv/bin/python bench/bench_evictions.py [--transitions N] [--seed S] [--write-docs]
+    .venv/bin/python bench/bench_evictions.py --multi-gpu [--transitions N] [--seed S]
 
 --write-docs replaces the eviction results section of docs/planner.md.
 """
@@ -48,8 +60,10 @@ from ansible_collections.gpuops.mig.plugins.module_utils._gpu_layout import (  #
     ComputeInstance,
     GpuInstance,
     device_counts,
+    evicted_pod_names,
     normalize_target,
     plan_gpu,
+    plan_node_gpus,
     validate_target,
 )
 from ansible_collections.gpuops.mig.tests.unit.plugins.module_utils.layout_helpers import (  # noqa: E402
@@ -57,6 +71,7 @@ from ansible_collections.gpuops.mig.tests.unit.plugins.module_utils.layout_helpe
     H100_80GB,
     PCI_IDS,
     exhaustive_best_evictions,
+    exhaustive_node_evictions,
 )
 
 MODELS = {"A100-40GB": A100_40GB, "H100-80GB": H100_80GB}
@@ -179,6 +194,98 @@ def measure(model, existing, targets):
     }
 
 
+def random_target(geometry, rng, differs=None):
+    """A random full layout: single-CI devices added at random while the GPU takes them; drawn
+    again while it equals ``differs``."""
+    names = [p.name for p in geometry.profiles if "+" not in p.name]
+    while True:
+        counts, misses = {}, 0
+        while misses < 6:
+            name = rng.choice(names)
+            trial = dict(counts, **{name: counts.get(name, 0) + 1})
+            try:
+                validate_target(geometry, trial)
+            except LayoutError:
+                misses += 1
+                continue
+            counts = trial
+        if counts != differs:
+            return counts
+
+
+def spanning_transitions(count, seed, gpus=2, model="H100-80GB"):
+    """[(model, {GPU: existing layout with pods}, {GPU: target})], seeded: every GPU changes, and
+    pods hold one device on each of two GPUs wherever both have one allocated. Layouts are random
+    (random_target): the named configs change nearly every device of a GPU, which leaves no choice
+    of which pod goes."""
+    rng = random.Random(seed)
+    geometry = MODELS[model]
+    found = []
+    for dummy in range(count):
+        sources = {gpu: random_target(geometry, rng) for gpu in range(gpus)}
+        targets = {gpu: random_target(geometry, rng, differs=source)
+                   for gpu, source in sources.items()}
+        layouts = {gpu: build_layout(geometry, source, gpu) for gpu, source in sources.items()}
+        chosen = {}
+        for gpu, layout in layouts.items():
+            devices = [(g, c) for g, gi in enumerate(layout)
+                       for c in range(len(gi.compute_instances))]
+            chosen[gpu] = rng.sample(devices, len(devices) // 2)
+        owner = {}
+        for n, pair in enumerate(zip(*(chosen[gpu] for gpu in sorted(chosen)))):
+            for gpu, device in zip(sorted(chosen), pair):
+                owner[(gpu,) + device] = "bench/span-%d/main" % n
+        for gpu in chosen:
+            for device in chosen[gpu]:
+                owner.setdefault((gpu,) + device, "bench/pod-gpu%d-%d-%d/main" % ((gpu,) + device))
+        existing = {}
+        for gpu, layout in layouts.items():
+            existing[gpu] = [dataclasses.replace(gi, compute_instances=tuple(
+                dataclasses.replace(ci, pods=(owner[(gpu, g, c)],)) if (gpu, g, c) in owner else ci
+                for c, ci in enumerate(gi.compute_instances))) for g, gi in enumerate(layout)]
+        found.append((model, existing, targets))
+    return found
+
+
+def measure_spanning(model, existing, targets):
+    geometry = MODELS[model]
+    on_node = {pod for layout in existing.values() for gi in layout for ci in gi.compute_instances
+               for pod in ci.pod_names}
+    alone = set()
+    for gpu in sorted(existing):
+        plan = plan_gpu(geometry, existing[gpu], targets[gpu], evict_pods=True)
+        alone |= evicted_pod_names(plan)
+    timings = []
+    for dummy in range(3):
+        started = time.perf_counter()
+        requests = dict((gpu, (geometry, existing[gpu], targets[gpu], ())) for gpu in existing)
+        plans = plan_node_gpus(requests, evict_pods=True)
+        node = node_evictions(plans, geometries={gpu: geometry for gpu in plans})
+        timings.append(time.perf_counter() - started)
+    return {"pods": len(on_node), "spanning": sum(1 for p in on_node if "/span-" in p),
+            "per_gpu": len(alone), "node": len(node.pods),
+            "minimum": exhaustive_node_evictions(geometry, existing, targets),
+            "seconds": min(timings)}
+
+
+def spanning_table(rows, seed):
+    cells = []
+    for key in ("pods", "spanning", "per_gpu", "node", "minimum"):
+        values = [r[key] for r in rows]
+        cells.append("%d / %.2f / %d" % (sum(values), statistics.mean(values), max(values)))
+    times = sorted(r["seconds"] * 1000 for r in rows)
+    hits = [sum(r[key] == r["minimum"] for r in rows) for key in ("per_gpu", "node")]
+    return "\n".join([
+        "| transitions | n | pods on the node | of them on both GPUs | evicted: per GPU "
+        "| evicted: node | evicted: minimum | per GPU = minimum | node = minimum "
+        "| planning (mean / max) |",
+        "|---|---:|---|---|---|---|---|---:|---:|---:|",
+        "| 2 x H100-80GB, every GPU changes (seed %d) | %d | %s | %d/%d | %d/%d | %.1f / %.1f ms |"
+        % (seed, len(rows), " | ".join(cells), hits[0], len(rows), hits[1], len(rows),
+           statistics.mean(times), times[-1]),
+        "", "Cells: total / mean per transition / worst transition, in pods."])
+
+
 def table(sets):
     lines = [
         "| transitions | n | nodes changed | pods on the node | evicted: node drain | evicted: pod-blind plan "
@@ -211,7 +318,23 @@ def main():
     parser.add_argument("--transitions", type=int, default=200, help="number of transitions (default 200)")
     parser.add_argument("--seed", type=int, default=20261125, help="seed (default 20261125)")
     parser.add_argument("--write-docs", action="store_true", help="write the results into docs/planner.md")
+    parser.add_argument("--multi-gpu", action="store_true",
+                        help="pods holding devices on two GPUs of a node (docs/rollout.md); "
+                             "not written to the docs")
     args = parser.parse_args()
+    if args.multi_gpu:
+        started = time.perf_counter()
+        rows = [measure_spanning(*t) for t in spanning_transitions(args.transitions, args.seed)]
+        print("Produced by `.venv/bin/python bench/bench_evictions.py --multi-gpu "
+              "--transitions %d "
+              "--seed %d` in %.0f s (Python %s, %s).\n"
+              % (args.transitions, args.seed, time.perf_counter() - started,
+                 platform.python_version(), platform.machine()))
+        print(spanning_table(rows, args.seed))
+        if any(r["node"] != r["minimum"] for r in rows):
+            sys.exit("the node's plans evicted more than the minimum in %d transitions"
+                     % sum(r["node"] != r["minimum"] for r in rows))
+        return
 
     started = time.perf_counter()
     sets = []

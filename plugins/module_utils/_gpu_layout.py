@@ -236,8 +236,8 @@ class ComputeInstance:
 
 
 def pod_name(holder: str) -> str:
-    """"namespace/pod" of a "namespace/pod/container" holder: a pod is evicted whole, whatever container holds
-    the device (Kubernetes names contain no "/")."""
+    """"namespace/pod" of a "namespace/pod/container" holder: a pod is evicted whole, whatever
+    container holds the device (Kubernetes names contain no "/")."""
     return "/".join(str(holder).split("/")[:2])
 
 
@@ -311,8 +311,9 @@ class GpuPlan:
 
     @property
     def evicted_pods(self) -> tuple[tuple[str, tuple[tuple[GpuInstance, ComputeInstance], ...]], ...]:
-        """The pods that must go because the plan destroys a device allocated to them, in name order:
-        ((pod, ((GpuInstance, ComputeInstance), ...)), ...), each pod once whatever number of its devices go."""
+        """The pods that must go because the plan destroys a device allocated to them, in name
+        order: ((pod, ((GpuInstance, ComputeInstance), ...)), ...), each pod once whatever number
+        of its devices go."""
         devices = {}
         for gi, ci in self.destroyed_compute_instances():
             for pod in ci.pod_names:
@@ -767,7 +768,8 @@ def _best_placement(geometry, occupied, requirement, memo):
 # --------------------------------------------------------------------------
 
 def plan_gpu(geometry: GpuGeometry, existing: Iterable[GpuInstance], target: Mapping[str, int], force: bool = False,
-             pinned: Sequence[PinnedGi] = (), evict_pods: bool = False) -> GpuPlan:
+             pinned: Sequence[PinnedGi] = (), evict_pods: bool = False,
+             evicted: Iterable[str] = ()) -> GpuPlan:
     """Plan the change from the existing layout to the target device counts.
 
     existing: GpuInstances now on the GPU (ids set, CIs with their pids and pods).
@@ -780,6 +782,8 @@ def plan_gpu(geometry: GpuGeometry, existing: Iterable[GpuInstance], target: Map
     evict_pods: devices allocated to pods may be destroyed; their pods are in the
         plan's evicted_pods (the processes of those pods go with them, so this does
         not need force).
+    evicted: pods ("namespace/pod") that go anyway (another GPU's change on the node
+        evicts them): destroying their devices here evicts nobody more.
 
     The plan keeps every GI and CI it can: it evicts as few pods as possible,
     then destroys as few devices with processes and as few MIG devices as
@@ -805,10 +809,12 @@ def plan_gpu(geometry: GpuGeometry, existing: Iterable[GpuInstance], target: Map
     if len({gi.gi_id for gi in existing}) != len(existing):
         raise LayoutError("existing GPU instance ids must be unique")
     validate_layout(geometry, existing, allow_empty_gis=True)
+    evicted = frozenset(evicted)
     if pins:
-        plan = _plan_with_pins(geometry, existing, counts, pins, force, evict_pods)
+        plan = _plan_with_pins(geometry, existing, counts, pins, force, evict_pods, evicted)
     else:
-        plan = _Planner(geometry, existing, counts, force=force, evict_pods=evict_pods).run()
+        plan = _Planner(geometry, existing, counts, force=force, evict_pods=evict_pods,
+                        evicted=evicted).run()
     busy, allocated = _held_devices(plan, force, evict_pods)
     refusals = []
     if busy:
@@ -819,14 +825,61 @@ def plan_gpu(geometry: GpuGeometry, existing: Iterable[GpuInstance], target: Map
                         "Evict those pods first, or plan with evict_pods to have them listed."
                         % _devices_text(geometry, allocated))
     if refusals:
-        raise LayoutError(" ".join(refusals))
+        raise LayoutError(" ".join(refusals),
+                          details={"busy": _devices_data(geometry, busy),
+                                   "allocated": _devices_data(geometry, allocated)})
     check_plan(geometry, existing, total, plan, force=force, pinned=pins, evict_pods=evict_pods)
     return plan
 
 
+def evicted_pod_names(plan: GpuPlan) -> frozenset:
+    """The pods ("namespace/pod") a GPU's plan evicts."""
+    return frozenset(pod for pod, dummy in plan.evicted_pods)
+
+
+def plan_node_gpus(requests: Mapping[int, tuple], force: bool = False,
+                   evict_pods: bool = False) -> dict[int, GpuPlan | LayoutError]:
+    """plan_gpu for the GPUs of one node, a pod evicted once for the node (docs/rollout.md).
+
+    requests: {GPU index: (geometry, existing, target, pinned)}. Returns {GPU index: GpuPlan,
+    or the LayoutError that GPU's planning raised}. With evict_pods a pod holding devices on
+    several GPUs counts once: each GPU is planned knowing the pods the others' plans already
+    evict (GPU by GPU, then again while a GPU's plan can make the node's evicted pods fewer),
+    so among plans that are equal for one GPU the one evicting a pod that goes anyway wins.
+    """
+    plans = {}
+    gone = frozenset()
+
+    def plan(index, evicted):
+        geometry, existing, target, pinned = requests[index]
+        return plan_gpu(geometry, existing, target, force=force, pinned=pinned,
+                        evict_pods=evict_pods, evicted=evicted if evict_pods else ())
+
+    for index in sorted(requests):
+        try:
+            plans[index] = plan(index, gone)
+        except LayoutError as e:
+            plans[index] = e
+            continue
+        gone |= evicted_pod_names(plans[index])
+    planned = [i for i in sorted(plans) if isinstance(plans[i], GpuPlan)]
+    for dummy in range(len(planned) if evict_pods else 0):
+        better = False
+        for index in planned:
+            others = frozenset().union(*(evicted_pod_names(plans[i])
+                                         for i in planned if i != index))
+            again = plan(index, others)
+            now = len(others | evicted_pod_names(plans[index]))
+            if len(others | evicted_pod_names(again)) < now:
+                plans[index], better = again, True
+        if not better:
+            break
+    return plans
+
+
 def _may_destroy(ci, force, evict_pods):
-    """A device allocated to pods goes only when its pods may be evicted (its processes are theirs and go with
-    them); a device with processes of no pod only with force."""
+    """A device allocated to pods goes only when its pods may be evicted (its processes are theirs
+    and go with them); a device with processes of no pod only with force."""
     if ci.pods:
         return evict_pods
     return force or not ci.pids
@@ -838,7 +891,8 @@ def _held_devices(plan, force, evict_pods):
     return [pair for pair in held if not pair[1].pods], [pair for pair in held if pair[1].pods]
 
 
-def _plan_with_pins(geometry, existing, counts, pins, force=False, evict_pods=False):
+def _plan_with_pins(geometry, existing, counts, pins, force=False, evict_pods=False,
+                    evicted=frozenset()):
     """The pinned GIs take their places (kept when one is already exactly there); the planner
     places the other devices (counts) in what is left, keeping what it can of the other GIs."""
     keep, change, destroy, create, result = [], [], [], [], []
@@ -871,8 +925,10 @@ def _plan_with_pins(geometry, existing, counts, pins, force=False, evict_pods=Fa
             destroy.append(gi)
         else:
             rest.append(gi)
-    # The pins' own destructions evict their pods whatever the rest does: the rest may take those pods' other devices.
-    evicted = frozenset(pod for gi in destroy for ci in gi.compute_instances for pod in ci.pod_names)
+    # The pins' own destructions evict their pods whatever the rest does: the rest may take those
+    # pods' other devices.
+    evicted = evicted | frozenset(pod for gi in destroy for ci in gi.compute_instances
+                                  for pod in ci.pod_names)
     evicted |= frozenset(pod for c in change for ci in c.destroy for pod in ci.pod_names)
     around = _Planner(geometry, tuple(rest), counts, reserved=pins, force=force, evict_pods=evict_pods,
                       evicted=evicted).run()
@@ -900,8 +956,8 @@ def _device_text(geometry, gi, ci):
 
 
 def describe_holder(name: str) -> str:
-    """A ``namespace/pod/container`` holder of a device in words: ``pod ns/name (container c)``; ``pod ns/name``
-    for a ``namespace/pod`` holder (a DRA claim's, which belongs to the pod)."""
+    """A ``namespace/pod/container`` holder of a device in words: ``pod ns/name (container c)``;
+    ``pod ns/name`` for a ``namespace/pod`` holder (a DRA claim's, which belongs to the pod)."""
     namespace, pod, container = (name.split("/", 2) + ["", ""])[:3]
     if not container:
         return "pod %s/%s" % (namespace, pod)
@@ -912,8 +968,15 @@ def _devices_text(geometry, pairs):
     return "; ".join(_device_text(geometry, gi, ci) for gi, ci in pairs)
 
 
-# A plan's cost, compared as a tuple: devices destroyed without leave (must be 0 for a plan to be returned),
-# pods evicted, devices with processes destroyed, devices destroyed.
+def _devices_data(geometry, pairs):
+    """The (GI, CI) pairs as data: ids, device name, UUID, processes, the pods that hold them."""
+    return [{"gi_id": gi.gi_id, "ci_id": ci.ci_id,
+             "device": geometry.device_name(gi.profile_id, ci.profile_id),
+             "uuid": ci.uuid, "pids": list(ci.pids), "pods": list(ci.pods)} for gi, ci in pairs]
+
+
+# A plan's cost, compared as a tuple: devices destroyed without leave (must be 0 for a plan to be
+# returned), pods evicted, devices with processes destroyed, devices destroyed.
 _NO_COST = (0, 0, 0, 0)
 
 
@@ -937,9 +1000,9 @@ class _KeepOption:
     add_starts: tuple    # per demanded name: CI starts that can be added, lowest first
 
 
-# One way to serve a GI profile's devices with a given set of kept GIs.
-# choices: ((position in _Planner._kept_order(kept), option number, added name index or None, added count), ...)
-# supplied: devices of each demanded name the kept GIs provide; new GIs make up the rest.
+# One way to serve a GI profile's devices with a given set of kept GIs. choices: ((position in
+# _Planner._kept_order(kept), option number, added name index or None, added count), ...) supplied:
+# devices of each demanded name the kept GIs provide; new GIs make up the rest.
 _FrontierEntry = namedtuple("_FrontierEntry", "new_gis cost shared choices supplied")
 
 
@@ -962,10 +1025,11 @@ class _Planner:
         self.force = force
         self.evict_pods = evict_pods
         self.evicted = evicted   # pods that go anyway (a pin destroys one of their devices): free to evict
-        # Pinned GIs placed outside the search: their slices, SM slices and profile counts are taken.
+        # Pinned GIs placed outside the search: their slices, SM slices and profile counts are
+        # taken.
         self.reserved_mask, self.reserved_sm, self.reserved_count = _reservation(geometry, reserved)
-        # A pod holding devices in two GIs is evicted once whichever of them go, so such pods are carried as
-        # sets; the others are counted per GI, which keeps the search additive.
+        # A pod holding devices in two GIs is evicted once whichever of them go, so such pods are
+        # carried as sets; the others are counted per GI, which keeps the search additive.
         holders = {}
         for index, gi in enumerate(existing):
             for ci in gi.compute_instances:
@@ -1086,8 +1150,9 @@ class _Planner:
         entries.sort(key=lambda e: (e.new_gis, _total(e.cost, e.shared), e.cost, sorted(e.shared)))
         frontier = []
         for entry in entries:
-            # Needing more new GIs only pays if it costs less. With shared pods, whatever the other GIs evict,
-            # an entry that costs no more and evicts only shared pods the entry evicts too is never worse.
+            # Needing more new GIs only pays if it costs less. With shared pods, whatever the other
+            # GIs evict, an entry that costs no more and evicts only shared pods the entry evicts
+            # too is never worse.
             if not any(f.cost <= entry.cost and f.shared <= entry.shared for f in frontier):
                 frontier.append(entry)
         self.frontier_memo[key] = frontier
@@ -1149,7 +1214,8 @@ class _Planner:
             if best is None or rank < best[0]:
                 best = (rank, kept, [c[2] for c in combo], starts)
         if best is None:
-            # validate_target proved the target fits an empty GPU, and emptying it is always allowed.
+            # validate_target proved the target fits an empty GPU, and emptying it is always
+            # allowed.
             raise LayoutError("internal planner error: no plan found")
         return self._build(best[1], profiles, best[2], best[3])
 

@@ -36,7 +36,8 @@ def load_entries(config: str | bytes | Mapping[str, Any] | None = None, config_f
                  origin: str | None = None) -> tuple[migparted.ConfigEntry, ...]:
     """ConfigEntry values from a mig-parted config (inline or a file) or inline layouts.
 
-    ``origin`` names where an inline config or layouts came from (e.g. a ConfigMap), for messages."""
+    ``origin`` names where an inline config or layouts came from (e.g. a ConfigMap), for
+    messages."""
     if layouts is not None:
         return migparted.entries_from_layouts(layouts, origin=origin or "layouts")
     if config_file is not None:
@@ -201,6 +202,8 @@ def plan_host(nvml: Nvml, resolution: migparted.Resolution, gpus: dict[int, dict
     """
     work = []
     problems = []
+    refusals = []       # per refused GPU, as data: the result key refusals (docs/dynamic.md)
+    planned = {}
     for target in resolution.targets:
         gpu = gpus[target.gpu.index]
         mode = nvml.mig_mode(gpu["index"])
@@ -214,23 +217,50 @@ def plan_host(nvml: Nvml, resolution: migparted.Resolution, gpus: dict[int, dict
                 " (apply the mode first: gpuops.mig.mig_mode with the same config)")
             if not check_mode:
                 problems.append(item.mode_mismatch)
+                refusals.append(_refusal(item, item.mode_mismatch))
                 continue
         if not target.mig_enabled:
             continue  # MIG off: no geometry to plan
         try:
             item.geometry = read_geometry(nvml, item.index)
             item.before = read_layout(nvml, item.index, holders) if enabled_now else ()
-            item.plan = layout.plan_gpu(item.geometry, item.before, target.mig_devices, force=force,
-                                        pinned=target.pinned, evict_pods=evict_pods)
         except RefusedError as e:
             if item.mode_mismatch is None:
                 problems.append("%s: %s: %s" % (item.label, target.entry.label, e))
-            # else: check mode before the mode change on an older driver; the mode change is the news.
+                refusals.append(_refusal(item, problems[-1]))
+            # else: check mode before the mode change on an older driver; the mode change is the
+            # news.
+            continue
         except layout.LayoutError as e:
             problems.append("%s: %s: %s" % (item.label, target.entry.label, e))
+            refusals.append(_refusal(item, problems[-1]))
+            continue
+        planned[item.index] = item
+    # One node: a pod holding devices on several GPUs is evicted once (layout.plan_node_gpus).
+    requests = dict((i, (item.geometry, item.before, item.target.mig_devices, item.target.pinned))
+                    for i, item in planned.items())
+    plans = layout.plan_node_gpus(requests, force=force, evict_pods=evict_pods)
+    for index, item in sorted(planned.items()):
+        if isinstance(plans[index], layout.LayoutError):
+            problems.append("%s: %s: %s" % (item.label, item.target.entry.label, plans[index]))
+            refusals.append(_refusal(item, problems[-1], plans[index]))
+        else:
+            item.plan = plans[index]
     if problems:
-        raise RefusedError("Nothing was changed. " + " | ".join(problems))
+        raise RefusedError("Nothing was changed. " + " | ".join(problems),
+                           details={"refusals": refusals})
     return work
+
+
+def _refusal(item, message, error=None):
+    """One GPU's refusal as data. reason ``allocated``: only devices that pods hold stand in the
+    way (``devices``, each with its ``pods``); ``other``: anything else (busy processes, a bad
+    target, the mode)."""
+    details = error.details if error is not None else {}
+    allocated = details.get("allocated") or []
+    only_pods = bool(allocated) and not details.get("busy")
+    return {"gpu": item.index, "reason": "allocated" if only_pods else "other", "message": message,
+            "devices": allocated}
 
 
 # -- acting ------------------------------------------------------------------

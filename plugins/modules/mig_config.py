@@ -1,7 +1,6 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
-# Copyright: Contributors to the gpuops.mig collection
-# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# -*- coding: utf-8 -*- Copyright: Contributors to the gpuops.mig collection GNU General Public
+# License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import annotations
 
@@ -13,29 +12,33 @@ description:
   - Sets the MIG devices (GPU instances and their compute instances) of each selected GPU from a
     mig-parted v1 config, or from inline per-GPU layouts.
   - Everything is validated before any GPU is touched (unknown profile for that GPU model, more
-    instances than fit, a combination no placement can hold, an entry that selects no GPU, MIG disabled
-    where devices are asked for); the error names the config, the entry and the GPU.
+    instances than fit, a combination no placement can hold, an entry that selects no GPU, MIG
+    disabled where devices are asked for); the error names the config, the entry and the GPU.
   - Per GPU it keeps every existing GPU instance the target can keep (with its MIG device UUIDs),
-    destroys only what must go and creates the rest at explicit placements chosen so that everything fits.
-    Among valid plans it prefers the one that destroys fewest devices, then the one that leaves the
-    largest contiguous free range.
-  - It never destroys a MIG device that has processes unless O(force=true); without it the module fails
-    before any change, naming the GPU, the device and the PIDs.
-  - A MIG device the kubelet allocated to a pod (O(read_allocations)) counts as busy too, even with no process
-    on it; without O(force=true) the module fails before any change, naming the GPU, the device's UUID, and
-    the pod (namespace/name) and container that hold it. When the kubelet's allocations cannot be read (no
-    kubelet, no C(grpcio)) only processes count, as before, and RV(allocations_error) says why. On a node
-    NVIDIA's DRA driver serves, the devices of the ResourceClaims given in O(dra_allocations) count the same way.
-  - An NVML failure part-way leaves no half-made MIG device. A new GPU instance whose compute instances cannot
-    all be created is destroyed again; a GPU instance that cannot be destroyed, or whose compute instances
-    cannot be changed, gets back the compute instances already destroyed, at the same profiles and placements
-    (new MIG device UUIDs). The message says so, or, when that fails too, names the GPU instance left short of
-    compute instances; the next run converges from there (see docs/planner.md).
-  - Inline layouts (O(layouts)) may pin GPU instances and their compute instances to exact placements,
-    for example to restore the checkpoint M(gpuops.mig.mig_facts) exports (mig-parted's C(restore)).
-    Pinned placements are checked against the GPU's possible placements before any change.
-  - It does not change the MIG mode; use M(gpuops.mig.mig_mode) with the same config first. In check mode a
-    GPU whose mode is not yet right is planned as if it were, and flagged with C(mode_mismatch).
+    destroys only what must go and creates the rest at explicit placements chosen so that
+    everything fits. Among valid plans it prefers the one that destroys fewest devices, then the
+    one that leaves the largest contiguous free range.
+  - It never destroys a MIG device that has processes unless O(force=true); without it the module
+    fails before any change, naming the GPU, the device and the PIDs.
+  - A MIG device the kubelet allocated to a pod (O(read_allocations)) counts as busy too, even with
+    no process on it; without O(force=true) the module fails before any change, naming the GPU, the
+    device's UUID, and the pod (namespace/name) and container that hold it. When the kubelet's
+    allocations cannot be read (no kubelet, no C(grpcio)) only processes count, as before, and
+    RV(allocations_error) says why. On a node NVIDIA's DRA driver serves, the devices of the
+    ResourceClaims given in O(dra_allocations) count the same way.
+  - An NVML failure part-way leaves no half-made MIG device. A new GPU instance whose compute
+    instances cannot all be created is destroyed again; a GPU instance that cannot be destroyed, or
+    whose compute instances cannot be changed, gets back the compute instances already destroyed,
+    at the same profiles and placements (new MIG device UUIDs). The message says so, or, when that
+    fails too, names the GPU instance left short of compute instances; the next run converges from
+    there (see docs/planner.md).
+  - Inline layouts (O(layouts)) may pin GPU instances and their compute instances to exact
+    placements, for example to restore the checkpoint M(gpuops.mig.mig_facts) exports (mig-parted's
+    C(restore)). Pinned placements are checked against the GPU's possible placements before any
+    change.
+  - It does not change the MIG mode; use M(gpuops.mig.mig_mode) with the same config first. In
+    check mode a GPU whose mode is not yet right is planned as if it were, and flagged with
+    C(mode_mismatch).
 author:
   - gpuops.mig contributors (@gpuops)
 requirements:
@@ -57,9 +60,10 @@ attributes:
 options:
   force:
     description:
-      - Terminate (SIGTERM, then SIGKILL after O(force_timeout) seconds) processes on MIG devices the plan
-        must destroy, instead of failing.
-      - MIG devices allocated to pods are destroyed too; those pods are not evicted (drain them first).
+      - Terminate (SIGTERM, then SIGKILL after O(force_timeout) seconds) processes on MIG devices
+        the plan must destroy, instead of failing.
+      - MIG devices allocated to pods are destroyed too; those pods are not evicted (drain them
+        first).
     type: bool
     default: false
   force_timeout:
@@ -119,12 +123,12 @@ RETURN = r"""
 gpus:
   description:
     - Per targeted GPU, C(index), C(uuid), C(name), C(entry) (which config entry selected it),
-      C(mig_enabled), C(mode_mismatch), C(changed), C(target) (device name to count), C(plan) (C(keep),
-      C(change), C(destroy), C(create) with placements, C(result), C(destroyed_devices), C(created_devices),
-      C(evicted_pods) (the pods holding a device the plan destroys, with C(pod), C(reason) and C(devices); empty,
-      since this module never destroys a device allocated to a pod)),
-      C(done) (the steps carried out), and after a real run C(devices) (the resulting GPU instances with
-      their MIG device UUIDs) and C(mig_devices) (device name to count).
+      C(mig_enabled), C(mode_mismatch), C(changed), C(target) (device name to count), C(plan)
+      (C(keep), C(change), C(destroy), C(create) with placements, C(result), C(destroyed_devices),
+      C(created_devices), C(evicted_pods) (the pods holding a device the plan destroys, with
+      C(pod), C(reason) and C(devices); empty, since this module never destroys a device allocated
+      to a pod)), C(done) (the steps carried out), and after a real run C(devices) (the resulting
+      GPU instances with their MIG device UUIDs) and C(mig_devices) (device name to count).
   returned: always
   type: list
   elements: dict
@@ -142,8 +146,8 @@ unmatched:
   elements: str
 allocations:
   description:
-    - Which pods hold which devices, as M(gpuops.mig.mig_node_info) returns it (read before planning); null
-      when not read.
+    - Which pods hold which devices, as M(gpuops.mig.mig_node_info) returns it (read before
+      planning); null when not read.
   returned: always
   type: list
   elements: dict
@@ -157,6 +161,16 @@ allocations_error:
   type: str
 failed_part_way:
   description: On a failure after changes began, per GPU what was done and what was not.
+  returned: failure
+  type: list
+  elements: dict
+refusals:
+  description:
+    - On a refusal before any change (the message begins C(Nothing was changed)), per refused GPU
+      its C(gpu) index, C(message) and C(reason); V(allocated) when the only thing in the way is
+      MIG devices that pods hold (C(devices), each with its C(uuid), C(device), C(pods) as
+      C(namespace/pod/container)), V(other) for anything else (a device with processes, a target
+      that does not fit, the MIG mode).
   returned: failure
   type: list
   elements: dict
@@ -195,7 +209,8 @@ def main():
         seconds(p["force_timeout"], "force_timeout")
         entries = host_layout.load_entries(p["config"], p["config_file"], p["config_name"], p["layouts"])
         resolution, gpus = host_layout.resolve(nvml, entries, p["allow_unmatched"])
-        # force destroys a device a pod holds too (the pod is not evicted; the rollout evicts first).
+        # force destroys a device a pod holds too (the pod is not evicted; the rollout evicts
+        # first).
         work = host_layout.plan_host(nvml, resolution, gpus, p["force"], module.check_mode, evict_pods=p["force"],
                                      holders=holders_by_device(allocations["allocations"]))
         if not module.check_mode:

@@ -15,7 +15,8 @@ decisions are unit-tested (docs/dynamic.md):
 - ``watched_kinds``: which kinds the source watches, from its options.
 - ``DemandTracker``: the waiting objects by kind and namespace/name, fed with a full listing of a kind
   (``replace``) or one watch event at a time (``apply``); ``snapshot`` aggregates them all into the
-  event's payload.
+  event's payload; ``complete`` says whether every watched kind has been listed once (no demand is
+  emitted before: a kind listed late would be missing from the first event).
 - ``Debouncer``: the settle window. Demand must stay unchanged for ``settle_seconds`` (or keep changing
   for ``max_wait_seconds``) before it is emitted, and a fingerprint already emitted is never emitted
   again, so one burst of pods makes one event and a re-listing after a reconnect makes none.
@@ -168,13 +169,20 @@ class DemandTracker(object):
     """The pods, ResourceClaims and Kueue Workloads that wait for MIG devices, kept current from listings and
     watch events of each kind."""
 
-    def __init__(self) -> None:
+    def __init__(self, kinds: Iterable[str] = (), patience: float | None = None,
+                 now: float | None = None) -> None:
         self.pending = {}   # (kind, namespace/name) -> (request, created epoch seconds or None)
         self._said = {}     # (kind, namespace/name) -> the warning last given for it
         self._warnings = []
+        self.kinds = tuple(kinds)   # the kinds watched: each must be listed once (complete)
+        self.listed = set()
+        self._patience = patience
+        self._since = now
+        self._gave_up = False
 
     def replace(self, objs: Iterable[Any], kind: str = PODS) -> None:
         """A full listing of one kind (at start and after 410 Gone): its waiting objects are exactly these."""
+        self.listed.add(kind)
         self.pending = dict((key, value) for key, value in self.pending.items() if key[0] != kind)
         listed = set()
         for obj in objs:
@@ -201,6 +209,22 @@ class DemandTracker(object):
         else:
             self._said.pop(key, None)
         return self.pending.get(key) != before
+
+    def complete(self, now: float) -> bool:
+        """Whether the demand may be emitted: every watched kind has been listed once (a kind the
+        cluster does not serve lists as none). A kind still not listed ``patience`` seconds after
+        the start (its API keeps failing) no longer holds the others back; that is said once."""
+        missing = [kind for kind in self.kinds if kind not in self.listed]
+        if not missing:
+            return True
+        if self._patience is None or self._since is None or now - self._since < self._patience:
+            return False
+        if not self._gave_up:
+            self._gave_up = True
+            self._warnings.append("%s not listed %d s after the start: the demand is emitted "
+                                  "without them until they are"
+                                  % (", ".join(missing), self._patience))
+        return True
 
     def take_warnings(self) -> list[str]:
         """The warnings not handed out yet (objects skipped because they cannot be read)."""

@@ -5,20 +5,31 @@
 """One round of the demand loop (playbooks/demand_round.yml, docs/dynamic.md): which planned nodes may
 change now, which are held for a person, and what the round reports.
 
+- ``settings``: the round's variables (``gpuops_mig_round_*``), checked and with their defaults,
+  before the round takes its lease; the report shows them, and the apply takes its batch size from
+  them (a play's ``serial`` is not templated from inventory variables).
 - ``gate``: may a round start now (the cooldown since the last round that changed something).
-- ``select``: from the plan (playbooks/plan.yml's JSON), the pods and the Nodes, the nodes applied at
-  once (their change evicts nothing and changes no MIG mode), the ones held and why, within the
+- ``select``: from the plan (playbooks/plan.yml's JSON), the pods and the Nodes, the nodes applied
+  at once (their change evicts nothing and changes no MIG mode), the ones held and why, within the
   round's ``max_nodes``. A person approves a held node by its plan's ``config_label``.
+- ``plan_policy``: the planner's policy for the round: the nodes ``select`` would hold whatever
+  their plan (their last change failed, or an earlier round did not finish them) are not offered to
+  the planner, so the demand goes to nodes the round may change.
 - ``record``: the state the next round reads (when a round last changed nodes, which changes never
-  finished). Written before the apply (its nodes unfinished) and again after it (finished), so a round
-  that dies half-way leaves its nodes held.
+  finished). Written before the apply (its nodes unfinished) and again after it (finished), so a
+  round that dies half-way leaves its nodes held.
+- ``deferral``: whether a node's failed change is left for the next round rather than for a person:
+  in a round, a refusal before any change whose only cause is a pod bound after the plan to a
+  device the plan destroys. ``deferred_nodes`` collects those nodes from the rollout's report rows.
 
-Eviction: a plan that lists ``evicted_pods`` per node (planned with the nodes' pod maps, which keeps every
-device a pod holds: plugin_utils/_demand_allocations.py) is taken at its word, so a node running GPU pods on
-devices its change keeps is applied. Without approval it is applied with ``mig_node_drain: none``
-(``drain``; None: as the inventory says), so a pod that got a device the change destroys after the plan
-makes the change fail, never an eviction. Without a pod map (the plan's ``pod_map_unknown`` says why) a
-node change drains the node's GPU pods, so a node running any is held.
+Eviction: a plan that lists ``evicted_pods`` per node (planned with the nodes' pod maps, which
+keeps every device a pod holds: plugin_utils/_demand_allocations.py) is taken at its word, so a
+node running GPU pods on devices its change keeps is applied. Without approval it is applied with
+``mig_node_drain: none`` (``drain``; None: as the inventory says), so a pod that got a device the
+change destroys after the plan makes mig_config refuse the change before touching the GPUs, never
+an eviction; the node is then deferred (``deferral``). Without a pod map (the plan's
+``pod_map_unknown`` says why) a node change drains the node's GPU pods, so a node running any is
+held.
 """
 
 from __future__ import annotations
@@ -30,6 +41,9 @@ from typing import Any
 from ansible_collections.gpuops.mig.plugins.plugin_utils._plain import describe
 
 FAILED_STATE_LABEL = "nvidia.com/mig.config.state"
+# The group demand_round.yml puts the nodes it applies in (site.yml's gpuops_mig_hosts in a round).
+APPLY_GROUP = "gpuops_mig_round_apply"
+DEFERRED = "deferred"
 _FINISHED = ("Succeeded", "Failed")
 _GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-")
 
@@ -56,6 +70,70 @@ def _seconds(value, what):
     if number < 0:
         raise RoundError("%s must not be negative, got %s" % (what, describe(value)))
     return number
+
+
+# setting: (variable, default, kind). "count": a whole number >= 0; "positive": >= 1; "flag": true
+# or false (the rulebook renders its variables as text); "batch": a number >= 1 or a percentage;
+# "name": text.
+SETTINGS = {
+    "max_nodes": ("gpuops_mig_round_max_nodes", 1, "count"),
+    "cooldown": ("gpuops_mig_round_cooldown", 300, "count"),
+    "dry_run": ("gpuops_mig_round_dry_run", False, "flag"),
+    "serial": ("gpuops_mig_round_serial", 1, "batch"),
+    "lease_duration": ("gpuops_mig_round_lease_duration", 900, "positive"),
+    "lease_wait": ("gpuops_mig_round_lease_wait", 0, "count"),
+    "lease_namespace": ("gpuops_mig_round_lease_namespace", "default", "name"),
+    "deploy_device_plugin": ("gpuops_mig_round_deploy_device_plugin", False, "flag"),
+}
+# Round variables that are not settings (the round directory, the event), and the round's artifact.
+_OTHER_VARIABLES = ("gpuops_mig_round_dir", "gpuops_mig_round_event", "gpuops_mig_round")
+_FLAGS = {"true": True, "yes": True, "on": True, "1": True,
+          "false": False, "no": False, "off": False, "0": False}
+
+
+def _setting(variable, value, kind):
+    if kind in ("count", "positive"):
+        number = _seconds(value, variable)
+        if kind == "positive" and number < 1:
+            raise RoundError("%s must be at least 1, got %s" % (variable, describe(value)))
+        return number
+    if kind == "flag":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _FLAGS:
+            return _FLAGS[value.strip().lower()]
+        raise RoundError("%s must be true or false, got %s" % (variable, describe(value)))
+    if kind == "batch":
+        text = str(value).strip() if not isinstance(value, bool) else ""
+        if text.endswith("%") and text[:-1].isdigit() and 1 <= int(text[:-1]) <= 100:
+            return text
+        if text.isdigit() and int(text) >= 1:
+            return int(text)
+        raise RoundError("%s must be a number of nodes (at least 1) or a percentage, got %s"
+                         % (variable, describe(value)))
+    if not isinstance(value, str) or not value.strip():
+        raise RoundError("%s must be a name, got %s" % (variable, describe(value)))
+    return value.strip()
+
+
+def settings(variables: Any) -> dict[str, Any]:
+    """The round's settings from its variables ({gpuops_mig_round_*: value}, as the play sees them:
+    extra vars from the rulebook, group_vars), checked, with the defaults of docs/dynamic.md for
+    those unset (None or ''). A value of the wrong type or a negative number of seconds is refused
+    naming the variable, and so is an unknown gpuops_mig_round_* variable (a misspelt setting would
+    otherwise be ignored)."""
+    variables = _mapping(variables, "the round's variables")
+    known = set(v for v, dummy, dummy in SETTINGS.values()) | set(_OTHER_VARIABLES)
+    unknown = sorted(str(name) for name in variables if str(name) not in known)
+    if unknown:
+        raise RoundError("unknown round variable(s) %s; the round's settings are %s"
+                         % (", ".join(unknown),
+                            ", ".join(v for v, dummy, dummy in SETTINGS.values())))
+    out = {}
+    for name, (variable, default, kind) in SETTINGS.items():
+        value = variables.get(variable)
+        out[name] = default if value is None or value == "" else _setting(variable, value, kind)
+    return out
 
 
 def _time(text):
@@ -125,6 +203,41 @@ def _approved(approvals):
     return approved
 
 
+def blocked(nodes: Any, state: Any) -> dict[str, list[str]]:
+    """{node: [why, ...]} of the nodes a round holds whatever their plan: the Node's last change
+    failed (nvidia.com/mig.config.state=failed), or an earlier round did not finish changing it."""
+    state = _mapping(state, "the round state")
+    unfinished = _mapping(state.get("unfinished"), "the round state's unfinished nodes")
+    out = {}
+    for name, labels in _node_labels(nodes).items():
+        if labels.get(FAILED_STATE_LABEL) == "failed":
+            out.setdefault(name, []).append(
+                "the last change failed on this node (%s=failed): a person must look at it and "
+                "clear the label" % FAILED_STATE_LABEL)
+    for name in unfinished:
+        out.setdefault(name, []).append(
+            "round %s did not finish changing this node: a person must check it and remove it "
+            "from the state file's unfinished nodes" % unfinished[name])
+    return out
+
+
+def plan_policy(policy: Any, hosts: Any, nodes: Any = None, state: Any = None) -> dict[str, Any]:
+    """The planner's policy for a round: gpuops_mig_plan_policy with the nodes the round would hold
+    whatever their plan (``blocked``) taken out of the nodes it may touch (all ``hosts`` when the
+    policy names none), so the planner gives the demand to nodes the round can change."""
+    policy = dict(_mapping(policy, "gpuops_mig_plan_policy"))
+    held = blocked(nodes, state)
+    if not held:
+        return policy
+    touchable = policy.get("nodes")
+    if touchable is None:
+        touchable = hosts or []
+    if not isinstance(touchable, (list, tuple)):
+        return policy   # the planner says what is wrong with it
+    policy["nodes"] = [n for n in touchable if n not in held]
+    return policy
+
+
 def select(plan: Any, pods: Any = None, nodes: Any = None, settings: Any = None, approvals: Any = None,
            state: Any = None) -> dict[str, Any]:
     """The round's decision for every node the plan touches.
@@ -144,8 +257,7 @@ def select(plan: Any, pods: Any = None, nodes: Any = None, settings: Any = None,
     k8s_names = _mapping(settings.get("k8s_node_names"), "k8s_node_names")
     approved = _approved(approvals)
     state = _mapping(state, "the round state")
-    unfinished = set(_mapping(state.get("unfinished"), "the round state's unfinished nodes"))
-    labels = _node_labels(nodes)
+    held = blocked(nodes, state)
 
     decisions = {}
     candidates = []
@@ -168,13 +280,8 @@ def select(plan: Any, pods: Any = None, nodes: Any = None, settings: Any = None,
             if entry.get("pod_map_unknown"):
                 evicts_from = ("the node's GPU pods: the node is drained, since which pod holds which MIG device "
                                "is unknown: %s" % entry["pod_map_unknown"])
-        blockers, reasons = [], []
-        if (labels.get(k8s_name) or {}).get(FAILED_STATE_LABEL) == "failed":
-            blockers.append("the last change failed on this node (%s=failed): a person must look at it and "
-                            "clear the label" % FAILED_STATE_LABEL)
-        if name in unfinished:
-            blockers.append("round %s did not finish changing this node: a person must check it and remove it "
-                            "from the state file's unfinished nodes" % state["unfinished"][name])
+        reasons = []
+        blockers = [why for key in dict.fromkeys((k8s_name, name)) for why in held.get(key, [])]
         if mode_changes:
             reasons.append("turns MIG on for GPU %s (a MIG mode change: a GPU reset or a reboot)"
                            % ", ".join(str(i) for i in mode_changes))
@@ -190,7 +297,8 @@ def select(plan: Any, pods: Any = None, nodes: Any = None, settings: Any = None,
             "evicts": evicts,
             "supplies": entry.get("supplies") or {},
             "approved": is_approved,
-            # Applied without approval: the plan's word that it evicts nobody is enforced, not assumed.
+            # Applied without approval: the plan's word that it evicts nobody is enforced, not
+            # assumed.
             "drain": "none" if pod_map and not is_approved else None,
             "reasons": blockers + reasons,
         }
@@ -238,39 +346,115 @@ def select(plan: Any, pods: Any = None, nodes: Any = None, settings: Any = None,
     }
 
 
-def record(state: Any, round_id: str, selection: Mapping[str, Any], finished: bool, now: Any = None) -> dict[str, Any]:
+def record(state: Any, round_id: str, selection: Mapping[str, Any], finished: bool,
+           now: Any = None, failed: Any = None, deferred: Any = None) -> dict[str, Any]:
     """The state with this round in it: when a round last changed nodes, and which changes did not finish.
 
     Before the apply ``finished`` is False: the round's nodes are unfinished, and stay so (held by the next
     rounds until a person removes them) if the apply never comes back. After it, True takes them out and
     stamps the end of the change (the cooldown runs from there): the playbook hands both calls the state
     the round read at its start, so the finishing call must not rely on the first one's stamp.
+    ``failed``: the nodes whose change failed (the apply went on with the others): only they stay
+    unfinished; a node the round never reached is not. ``deferred``: the nodes put back unchanged
+    (``deferral``): finished, and no change for the cooldown.
     """
     state = dict(_mapping(state, "the round state"))
     selection = _mapping(selection, "the round's selection")
     unfinished = dict(_mapping(state.get("unfinished"), "the round state's unfinished nodes"))
     applied = list(selection.get("apply") or [])
+    failed = set(failed or ())
     stamp = _now(now).strftime("%Y-%m-%dT%H:%M:%SZ")
     for name in applied:
-        if finished:
+        if finished and name not in failed:
             unfinished.pop(name, None)
         else:
             unfinished[name] = round_id
-    if applied:
+    if set(applied) - set(deferred or ()):
         state["last_change"] = stamp
     state.update(unfinished=unfinished, last_round=round_id, last_round_at=stamp)
     return state
 
 
-def outcome_lines(selection: Mapping[str, Any]) -> list[str]:
-    """What the round prints: one line per planned node, then the totals."""
+def outcome_lines(selection: Mapping[str, Any], failed: Any = None,
+                  deferred: Any = None) -> list[str]:
+    """What the round prints: one line per planned node, the demand no GPU of the fleet can meet
+    (naming who asks for it), then the totals. ``failed``: {node: why} of the nodes whose change
+    failed; ``deferred``: {node: {pods, why}} of those put back unchanged for the next round
+    (``deferred_nodes``)."""
+    failed = _mapping(failed, "the failed nodes")
+    deferred = _mapping(deferred, "the deferred nodes")
     lines = []
     for name in selection.get("planned") or []:
         entry = selection["nodes"][name]
+        decision = ("failed" if name in failed else DEFERRED if name in deferred
+                    else entry["decision"])
+        reasons = list(entry["reasons"]) + ([str(failed[name])] if name in failed else [])
+        if name in deferred and name not in failed:
+            reasons.append(str(_mapping(deferred[name], "a deferred node").get("why") or DEFERRED))
         lines.append("%-20s %-8s destroys %d, creates %d%s" % (
-            name, entry["decision"], entry["destroyed"], entry["created"],
-            (": " + "; ".join(entry["reasons"])) if entry["reasons"] else ""))
-    lines.append("round: %d planned, %d applied%s, %d held" % (
-        len(selection.get("planned") or []), len(selection.get("apply") or selection.get("would_apply") or []),
-        " (dry run: none changed)" if selection.get("dry_run") else "", len(selection.get("held") or [])))
+            name, decision, entry["destroyed"], entry["created"],
+            (": " + "; ".join(reasons)) if reasons else ""))
+    for row in selection.get("unresolved") or []:
+        if isinstance(row, Mapping):
+            lines.append("not planned: %s x%s, %s; asked by %s" % (
+                row.get("request"), row.get("count"),
+                row.get("reason") or "no GPU of the fleet offers it",
+                ", ".join(str(s) for s in row.get("sources") or []) or "?"))
+    later = sorted(set(deferred) - set(failed))
+    applied = len(selection.get("apply") or selection.get("would_apply") or [])
+    applied -= len(failed) + len(later)
+    lines.append("round: %d planned, %d applied%s, %d held%s%s" % (
+        len(selection.get("planned") or []), applied,
+        " (dry run: none changed)" if selection.get("dry_run") else "",
+        len(selection.get("held") or []),
+        ", %d failed (%s): held until a person clears them"
+        % (len(failed), ", ".join(sorted(failed))) if failed else "",
+        ", %d deferred (%s): planned again next round"
+        % (len(later), ", ".join(later)) if later else ""))
     return lines
+
+
+def deferral(result: Any, groups: Any, changed: Any = False, labels: Any = None,
+             label_names: Any = ()) -> dict[str, Any]:
+    """Whether a node's failed change is left for the next round (``deferred``) rather than failed.
+
+    ``result``: the failed task's result; ``groups``: the node's groups (a round applies its nodes
+    in APPLY_GROUP; a plain rollout never defers); ``changed``: whether anything on the node
+    changed before (a mode change, a reboot, an eviction); ``labels``: the Node's labels before the
+    change, of which ``label_names`` are put back as they were (None: removed). Deferred only when
+    mig_config refused before any change and every refused GPU's only obstacle is MIG devices that
+    pods hold (its ``refusals``, all ``allocated``): in a round the plan kept every device the
+    node's pod map showed held, so those pods got their devices after the plan, and the next round
+    plans the node with them in its map. Returns ``deferred``, ``pods`` (namespace/pod),
+    ``devices`` (UUIDs), ``labels`` (the patch that puts them back) and ``why``."""
+    result = result if isinstance(result, Mapping) else {}
+    refusals = result.get("refusals")
+    refusals = [r for r in (refusals if isinstance(refusals, list) else [])
+                if isinstance(r, Mapping)]
+    devices = [d for r in refusals for d in (r.get("devices") or []) if isinstance(d, Mapping)]
+    # A holder is namespace/pod/container (a DRA claim's: namespace/pod): the pod is what is named.
+    pods = sorted(set("/".join(str(pod).split("/")[:2])
+                      for d in devices for pod in d.get("pods") or []))
+    deferred = bool(
+        APPLY_GROUP in (groups or ()) and refusals and pods and not changed
+        and all(r.get("reason") == "allocated" for r in refusals)
+        and not result.get("changed") and not result.get("failed_part_way"))
+    labels = _mapping(labels, "the node's labels")
+    out = {"deferred": deferred, "pods": pods, "devices": [d.get("uuid") for d in devices],
+           "labels": dict((name, labels.get(name)) for name in label_names or ())}
+    out["why"] = ("pod(s) %s got MIG device(s) %s after the plan, which destroys them: nothing "
+                  "was changed, the node is put back as it was and planned again next round"
+                  % (", ".join(pods), ", ".join(str(u) for u in out["devices"]))
+                  if deferred else "")
+    return out
+
+
+def deferred_nodes(reports: Any) -> dict[str, Any]:
+    """{node: {pods, why}} of the nodes whose change was deferred, from {node: the rollout's report
+    row (mig_node_report) or None}."""
+    out = {}
+    for name, row in sorted(_mapping(reports, "the nodes' reports").items()):
+        if isinstance(row, Mapping) and row.get("outcome") == DEFERRED:
+            why = row.get("deferred") if isinstance(row.get("deferred"), Mapping) else {}
+            out[name] = {"pods": list(why.get("pods") or []), "why": why.get("why") or DEFERRED}
+    return out

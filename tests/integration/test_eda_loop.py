@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 import gpuops_mig_sim as sim
-from test_roles import Fleet, device_plugin_daemonsets, output
+from test_roles import STATE, Fleet, device_plugin_daemonsets, output
 from tests.support.kubeapi import seed
 from tests.support.simhost import nvml_on
 
@@ -112,9 +112,9 @@ def wait_for(predicate, timeout, what, proc=None):
 
 
 def stop_rulebook(proc, tmp_path):
-    """End ansible-rulebook and the rounds it started. ansible-runner starts each ansible-playbook in a session
-    of its own, so neither terminating the rulebook nor its process group reaches them: they are found by
-    their private data directory, which lies under the test's tmp_path."""
+    """End ansible-rulebook and the rounds it started. ansible-runner starts each ansible-playbook
+    in a session of its own, so neither terminating the rulebook nor its process group reaches
+    them: they are found by their private data directory, which lies under the test's tmp_path."""
     proc.terminate()
     try:
         proc.wait(30)
@@ -153,7 +153,8 @@ def test_pending_pods_run_after_one_round_evicting_nothing_a_risky_change_is_hel
     loop_vars.write_text(yaml.safe_dump({
         "gpuops_mig_demand_settle_seconds": 1,
         "gpuops_mig_round_dir": str(round_dir), "gpuops_mig_round_cooldown": 0, "gpuops_mig_round_max_nodes": 2,
-        # A round caught by the API outage below may die holding the round's lease: the next one waits it out.
+        # A round caught by the API outage below may die holding the round's lease: the next one
+        # waits it out.
         "gpuops_mig_round_lease_duration": 20, "gpuops_mig_round_lease_wait": 120,
     }))
     log = open(str(tmp_path / "rulebook.log"), "w")
@@ -163,7 +164,8 @@ def test_pending_pods_run_after_one_round_evicting_nothing_a_risky_change_is_hel
         env=fleet.env, stdout=log, stderr=subprocess.STDOUT, cwd=str(tmp_path))
     port = kube_api.port
     try:
-        # 1. Two pods wait for a profile no node has: one round changes gpu-b (it runs nothing), the pods run.
+        # 1. Two pods wait for a profile no node has: one round changes gpu-b (it runs nothing),
+        # the pods run.
         kube_api.seed(seed.pod("wants-1g-1", limits={MIG_1G: 1}), seed.pod("wants-1g-2", limits={MIG_1G: 1}))
         wait_for(lambda: len(rounds(round_dir)) == 1, 300, "the first round", proc)
         first = rounds(round_dir)[0]
@@ -183,7 +185,8 @@ def test_pending_pods_run_after_one_round_evicting_nothing_a_risky_change_is_hel
 
         # 3. A pod whose device only fits beside gpu-b's running pods: planned, held, not applied.
         before = fleet.devices("gpu-b")
-        kube_api.seed(seed.pod("wants-3g", limits={MIG_3G: 1}))
+        kube_api.seed(seed.pod("wants-3g-1", limits={MIG_3G: 1}),
+                      seed.pod("wants-3g-2", limits={MIG_3G: 1}))
         wait_for(lambda: len(rounds(round_dir)) == 2, 300, "the second round", proc)
         second = rounds(round_dir)[1]
         assert second["applied"] == [] and second["held"] == ["gpu-b"], second
@@ -204,8 +207,9 @@ def test_pending_pods_run_after_one_round_evicting_nothing_a_risky_change_is_hel
 
 def test_a_dry_run_round_changes_nothing_reports_an_unknown_profile_and_a_held_lease_refuses_the_round(
         kube_api, kube_env, tmp_path):
-    """playbooks/demand_round.yml run by hand: the dry run plans, reports and writes the approval request; a
-    round while another holds the round's Lease fails naming it, before it plans anything."""
+    """playbooks/demand_round.yml run by hand: the dry run plans, reports and writes the approval
+    request; a round while another holds the round's Lease fails naming it, before it plans
+    anything."""
     from test_rollout_lease import foreign_lease
 
     fleet = make_fleet(tmp_path, kube_api, kube_env)
@@ -234,10 +238,11 @@ def test_a_dry_run_round_changes_nothing_reports_an_unknown_profile_and_a_held_l
 
 
 def test_a_round_applies_a_node_whose_running_pods_keep_their_devices_and_they_run_on(kube_api, kube_env, tmp_path):
-    """gpu-b's kubelet serves its pod map (PodResources): two pods run there on 1g.10gb devices. A pod pending
-    for a 3g.40gb that fits beside them makes a round that applies gpu-b, not holds it: the plan keeps the two
-    held devices, says the change evicts nobody, and the rollout runs with mig_node_drain none. Both pods run
-    on with the same devices; the new pod runs. gpu-a (no pod map, both devices busy) is not touched."""
+    """gpu-b's kubelet serves its pod map (PodResources): two pods run there on 1g.10gb devices. A
+    pod pending for a 3g.40gb that fits beside them makes a round that applies gpu-b, not holds it:
+    the plan keeps the two held devices, says the change evicts nobody, and the rollout runs with
+    mig_node_drain none. Both pods run on with the same devices; the new pod runs. gpu-a (no pod
+    map, both devices busy) is not touched."""
     from tests.support.kubeapi import allocations
     from tests.support.podresources_server import PodResourcesServer, node_source
 
@@ -262,7 +267,8 @@ def test_a_round_applies_a_node_whose_running_pods_keep_their_devices_and_they_r
         held = allocations.assigned(kube_api, "gpu-b")
         assert sorted(held) == [("default", "small-1"), ("default", "small-2")]
 
-        # 2. A 3g.40gb pod: it fits beside the running pods. The round applies gpu-b; nobody is evicted.
+        # 2. A 3g.40gb pod: it fits beside the running pods. The round applies gpu-b; nobody is
+        # evicted.
         kube_api.seed(seed.pod("large", limits={MIG_3G: 1}))
         run = fleet.run("playbooks/demand_round.yml", round_vars)
         assert run.returncode == 0, output(run)
@@ -285,8 +291,9 @@ def test_a_round_applies_a_node_whose_running_pods_keep_their_devices_and_they_r
 
 
 def test_a_round_plans_for_pending_claims_and_waiting_workloads_as_plan_yml_does(kube_api, kube_env, tmp_path):
-    """The source's demand includes ResourceClaims and Kueue Workloads; the round it starts plans for them too
-    (a dry run: the demand asked is the claim's 1g.10gb and the Workload's 3g.40gb, gpu-b would take them)."""
+    """The source's demand includes ResourceClaims and Kueue Workloads; the round it starts plans
+    for them too (a dry run: the demand asked is the claim's 1g.10gb and the Workload's 3g.40gb,
+    gpu-b would take them)."""
     from tests.support.kubeapi import kueue
 
     fleet = make_fleet(tmp_path, kube_api, kube_env)
@@ -300,3 +307,175 @@ def test_a_round_plans_for_pending_claims_and_waiting_workloads_as_plan_yml_does
     assert sorted((a["request"], a["requested"]) for a in last["asked"]) == [("1g.10gb", 1), ("3g.40gb", 1)], last
     assert last["would_apply"] == ["gpu-b"] and last["applied"] == []
     assert fleet.devices("gpu-b") == {0: {}}
+
+
+def round_fleet(tmp_path, kube_api, kube_env, *names):
+    """Hosts of one H100 each, MIG on, no device, no pod; group_vars/all as the docs say for round
+    variables."""
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    for name in names:
+        sim.create_state(fleet.add(name, "1xH100-SXM5-80GB"), "1xH100-SXM5-80GB", seed=name,
+                         mig="enabled", force=True)
+    kube_api.seed(*device_plugin_daemonsets())
+    return fleet
+
+
+def test_every_documented_round_setting_reaches_the_round(kube_api, kube_env, tmp_path):
+    """Issue 33: the four settings the rulebook passes arrive as extra vars (text, as
+    ansible-rulebook renders them), the others from the inventory's group_vars/all, as
+    docs/dynamic.md says; the report shows what the round used, and site.yml's batches follow
+    gpuops_mig_round_serial (two nodes in one batch)."""
+    fleet = round_fleet(tmp_path, kube_api, kube_env, "gpu-b", "gpu-c")
+    kube_api.seed(seed.namespace("gpu-ops"))
+    kube_api.seed(seed.pod("big-1", limits={"nvidia.com/mig-7g.80gb": 1}),
+                  seed.pod("big-2", limits={"nvidia.com/mig-7g.80gb": 1}))
+    (fleet.dir / "group_vars" / "all" / "round.yml").write_text(yaml.safe_dump({
+        "gpuops_mig_round_serial": 2, "gpuops_mig_round_lease_duration": 600,
+        "gpuops_mig_round_lease_wait": 5, "gpuops_mig_round_lease_namespace": "gpu-ops",
+        "gpuops_mig_round_deploy_device_plugin": False}))
+    round_dir = tmp_path / "rounds"
+    run = fleet.run("playbooks/demand_round.yml", {
+        "gpuops_mig_round_dir": str(round_dir), "gpuops_mig_round_max_nodes": "2",
+        "gpuops_mig_round_cooldown": "0", "gpuops_mig_round_dry_run": "False",
+        "mig_node_validate_delay": "1", "mig_node_drain_retry_delay": "1"})
+    assert run.returncode == 0, output(run)
+    assert "Batch 1: gpu-b, gpu-c (2 of 2 node(s) to change)" in run.stdout, output(run)
+    assert "Batch 2" not in run.stdout
+    last = json.loads((round_dir / "last-round.json").read_text())
+    assert last["settings"] == {"max_nodes": 2, "cooldown": 0, "dry_run": False, "serial": 2,
+                                "lease_duration": 600, "lease_wait": 5,
+                                "lease_namespace": "gpu-ops", "deploy_device_plugin": False}, last
+    assert last["applied"] == ["gpu-b", "gpu-c"] and last["failed"] == {}, last
+
+
+def test_a_bad_round_setting_fails_before_the_lease_naming_the_variable(kube_api, kube_env,
+                                                                        tmp_path):
+    """Bad input (issue 33): a negative cooldown from group_vars, a max_nodes that is no number
+    from the rulebook: the round stops at once naming the variable; no lease, no plan, no files."""
+    fleet = round_fleet(tmp_path, kube_api, kube_env, "gpu-b")
+    kube_api.seed(seed.pod("wants-1g", limits={MIG_1G: 1}))
+    (fleet.dir / "group_vars" / "all" / "round.yml").write_text(
+        yaml.safe_dump({"gpuops_mig_round_cooldown": -60}))
+    round_dir = tmp_path / "rounds"
+    for extra, named in (({}, "gpuops_mig_round_cooldown must not be negative, got -60"),
+                         ({"gpuops_mig_round_cooldown": "0", "gpuops_mig_round_max_nodes": "two"},
+                          "gpuops_mig_round_max_nodes must be a whole number")):
+        run = fleet.run("playbooks/demand_round.yml",
+                        dict(extra, gpuops_mig_round_dir=str(round_dir)))
+        assert run.returncode != 0
+        assert named in run.stdout, output(run)
+        assert "TASK [Take the round's lease" not in run.stdout and "TASK [Plan]" not in run.stdout
+        assert kube_api.find("Lease", "gpuops-mig-demand-round") is None and not round_dir.exists()
+
+
+def test_a_round_whose_node_fails_releases_its_lease_reports_and_leaves_only_that_node_unfinished(
+        kube_api, kube_env, tmp_path):
+    """Issue 33: gpu-c's change fails (NVML refuses the new GPU instance); gpu-b, in its own batch,
+    is changed. The round still closes: its lease released, its report written with gpu-c failed,
+    only gpu-c unfinished; then it fails naming gpu-c. The next round does not plan the demand onto
+    gpu-c."""
+    fleet = round_fleet(tmp_path, kube_api, kube_env, "gpu-b", "gpu-c")
+    kube_api.seed(seed.pod("big-1", limits={"nvidia.com/mig-7g.80gb": 1}),
+                  seed.pod("big-2", limits={"nvidia.com/mig-7g.80gb": 1}))
+    sim.add_fault(fleet.state_path("gpu-c"), "nvmlDeviceCreateGpuInstanceWithPlacement",
+                  "INSUFFICIENT_RESOURCES", sticky=True)
+    round_dir = tmp_path / "rounds"
+    round_vars = {"gpuops_mig_round_dir": str(round_dir), "gpuops_mig_round_max_nodes": 2,
+                  "gpuops_mig_round_cooldown": 0, "mig_node_validate_delay": "1",
+                  "mig_node_drain_retry_delay": "1"}
+    run = fleet.run("playbooks/demand_round.yml", round_vars)
+    assert run.returncode != 0
+    assert "1 node(s) failed in round" in run.stdout, output(run)
+    last = json.loads((round_dir / "last-round.json").read_text())
+    assert last["applied"] == ["gpu-b"] and sorted(last["failed"]) == ["gpu-c"], last
+    state = json.loads((round_dir / "state.json").read_text())
+    assert sorted(state["unfinished"]) == ["gpu-c"] and "last_change" in state
+    assert kube_api.find("Lease", "gpuops-mig-demand-round") is None        # released
+    assert fleet.devices("gpu-b") == {0: {"7g.80gb": 1}}
+
+    # The pod still waiting is not planned onto gpu-c (held), so nothing is planned: gpu-c is not
+    # chosen.
+    run = fleet.run("playbooks/demand_round.yml", dict(round_vars, gpuops_mig_round_dry_run=True))
+    assert run.returncode == 0, output(run)
+    last = json.loads((round_dir / "last-round.json").read_text())
+    assert "gpu-c" not in last["planned"] and last["would_apply"] == [], last
+
+
+def test_a_pod_bound_after_the_plan_to_a_device_it_destroys_defers_the_node_to_the_next_round(
+        kube_api, kube_env, tmp_path):
+    """Issue 33, item 4: gpu-b (pod map served) has one free 1g.10gb device, at placement 0; two
+    pods pending for a 3g.40gb each make the round plan gpu-b as two 3g.40gb, destroying it. When
+    the rollout cordons gpu-b, a pod bound to it just before holds that 1g.10gb (the kubelet's map
+    says so from then on). mig_config refuses before any change; the node is not labelled failed
+    but put back as it was (uncordoned, its labels as before), the round reports it deferred
+    naming the pod, and the next round plans gpu-b around that pod (one 3g.40gb at 4, beside it)
+    and applies it: one pending pod runs, the late pod keeps its device."""
+    from tests.support.podresources_server import PodResourcesServer, node_source
+
+    sock = str(tmp_path / "kubelet.sock")
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    state = fleet.add("gpu-b", "1xH100-SXM5-80GB", pod_resources=sock,
+                      mig_node_pod_resources_socket=sock)
+    sim.create_state(state, "1xH100-SXM5-80GB", seed="gpu-b", mig="enabled", force=True)
+    with nvml_on(state) as nvml:
+        nvml.create_compute_instance(0, nvml.create_gpu_instance(0, 19, 0, 1), 0, 0)
+        first = [gi for gi in nvml.layout(0) if gi["placement"]["start"] == 0][0]
+        device = first["compute_instances"][0]["mig_device_uuid"]
+    kube_api.seed(*device_plugin_daemonsets())
+    labels_before = dict(kube_api.get("Node", "gpu-b")["metadata"].get("labels") or {})
+    gone = evictions(kube_api)
+    late = []
+    kubelet = node_source(kube_api, "gpu-b")
+
+    def pod_map():    # the kubelet's answer, with the late pod on the 1g.10gb at 0 once bound
+        answer = [p for p in kubelet() if p["name"] != "late"]
+        if late:
+            answer.append({"namespace": "default", "name": "late", "containers": [
+                {"name": "main", "devices": [{"resource_name": MIG_1G, "device_ids": [device]}]}]})
+        return answer
+
+    def bind_late(event):    # the rollout cordons gpu-b: the late pod was bound just before
+        if event.obj["metadata"]["name"] != "gpu-b" or late:
+            return
+        if not (event.obj.get("spec") or {}).get("unschedulable"):
+            return
+        late.append(seed.pod("late", node="gpu-b", phase="Running"))
+        kube_api.seed(late[0])
+    unhook = kube_api.on("modified", bind_late, kind="Node")
+    round_dir = tmp_path / "rounds"
+    round_vars = {"gpuops_mig_round_dir": str(round_dir), "gpuops_mig_round_cooldown": 0,
+                  "mig_node_validate_delay": "1", "mig_node_drain_retry_delay": "1"}
+    with PodResourcesServer(sock, pod_map):
+        kube_api.seed(seed.pod("wants-3g-1", limits={MIG_3G: 1}),
+                      seed.pod("wants-3g-2", limits={MIG_3G: 1}))
+        run = fleet.run("playbooks/demand_round.yml", round_vars)
+        unhook()
+        assert late, output(run)
+        assert run.returncode == 0, output(run)
+        last = json.loads((round_dir / "last-round.json").read_text())
+        assert last["applied"] == [] and last["failed"] == {}, output(run)
+        assert list(last["deferred"]) == ["gpu-b"], last
+        assert last["deferred"]["gpu-b"]["pods"] == ["default/late"], last
+        assert "gpu-b                deferred" in run.stdout, output(run)
+        assert "1 deferred (gpu-b): planned again next round" in run.stdout, output(run)
+        node = kube_api.get("Node", "gpu-b")
+        assert node["metadata"].get("labels") == labels_before, node["metadata"]
+        assert not (node.get("spec") or {}).get("unschedulable")
+        assert json.loads((round_dir / "state.json").read_text())["unfinished"] == {}
+        assert kube_api.find("Lease", "gpuops-mig-demand-round") is None
+        assert fleet.devices("gpu-b") == {0: {"1g.10gb": 1}}
+
+        # The next round plans gpu-b with the late pod in its map: one 3g.40gb goes beside it.
+        run = fleet.run("playbooks/demand_round.yml", round_vars)
+        assert run.returncode == 0, output(run)
+        last = json.loads((round_dir / "last-round.json").read_text())
+        assert last["applied"] == ["gpu-b"] and last["deferred"] == {}, last
+        assert fleet.devices("gpu-b") == {0: {"1g.10gb": 1, "3g.40gb": 1}}
+        with nvml_on(state) as nvml:
+            assert device in [ci["mig_device_uuid"] for gi in nvml.layout(0)
+                              for ci in gi["compute_instances"]]
+        assert kube_api.get("Node", "gpu-b")["metadata"]["labels"][STATE] == "success"
+        wait_for(lambda: "Running" in [phase(kube_api, n) for n in ("wants-3g-1", "wants-3g-2")],
+                 30, "a 3g pod")
+        assert phase(kube_api, "late") == "Running"
+    assert gone == [], "pods were evicted or deleted: %s" % gone

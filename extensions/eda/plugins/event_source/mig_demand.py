@@ -44,6 +44,11 @@ description:
     Workloads (no CRD) has them not watched, said once, and looked for again every
     O(watch_timeout_seconds).
   - >-
+    No event comes before every watched kind has been listed once, so the first event has the
+    demand of all of them. A kind whose API keeps failing holds the others back for
+    O(max_wait_seconds) (at least 30 s), said once; the demand is then emitted without it until it
+    is listed.
+  - >-
     Connection settings come from O(kubeconfig) and O(context), else C(K8S_AUTH_KUBECONFIG), C(KUBECONFIG),
     C(~/.kube/config), else the in-cluster service account.
 options:
@@ -234,8 +239,11 @@ async def main(queue, args):
     pending MIG demand they make together."""
     args = dict(args or {})
     kinds = demand.watched_kinds(args)
-    tracker = demand.DemandTracker()
     debouncer = demand.Debouncer(args.get("settle_seconds", 30), args.get("max_wait_seconds"))
+    # No event before every kind has been listed once (a kind whose API keeps failing holds the
+    # others back for max_wait_seconds, at least 30 s).
+    tracker = demand.DemandTracker(kinds, patience=max(debouncer.max_wait, 30.0), now=time.time())
+    observed = False
     loop = asyncio.get_running_loop()
     inbox = asyncio.Queue()
     stop = threading.Event()
@@ -249,7 +257,8 @@ async def main(queue, args):
     try:
         while True:
             try:
-                kind, what, payload = await asyncio.wait_for(inbox.get(), timeout=debouncer.wait(time.time()))
+                wait = debouncer.wait(time.time()) if observed else 0.5
+                kind, what, payload = await asyncio.wait_for(inbox.get(), timeout=wait)
             except asyncio.TimeoutError:
                 what = None
             if what == "listed":
@@ -260,11 +269,13 @@ async def main(queue, args):
                 print("gpuops.mig.mig_demand: %s; reconnecting" % payload, file=sys.stderr, flush=True)
             elif what == "note":
                 print("gpuops.mig.mig_demand: %s" % payload, file=sys.stderr, flush=True)
+            now = time.time()
+            complete = tracker.complete(now)
             for warning in tracker.take_warnings():
                 print("gpuops.mig.mig_demand: %s" % warning, file=sys.stderr, flush=True)
-            now = time.time()
-            if what in ("listed", "event"):
+            if complete and (what in ("listed", "event") or not observed):
                 debouncer.observe(tracker.snapshot(now), now)
+                observed = True
             ready = debouncer.due(now)
             if ready is not None:
                 await queue.put({"mig_demand": dict(ready, oldest_pending_seconds=tracker.snapshot(now)[

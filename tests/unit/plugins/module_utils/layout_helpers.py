@@ -409,13 +409,15 @@ def exhaustive_best(geometry, existing, target, force=False):
     return None if best is None else best[1:]
 
 
-def exhaustive_best_evictions(geometry, existing, target, force=False, evict_pods=False):
+def exhaustive_best_evictions(geometry, existing, target, force=False, evict_pods=False,
+                              evicted_sets=None):
     """Brute force over every final layout that meets the target.
 
     Returns (pods evicted, busy destroyed, destroyed devices, largest free range)
     of the best plan in the planner's order, or None when no final layout exists.
     A pod counts once however many of its devices go. Plans that destroy a device
-    the rule (may_destroy) keeps are not allowed.
+    the rule (may_destroy) keeps are not allowed. evicted_sets: a set that receives
+    the pods (a frozenset) every allowed plan evicts, for a minimum over several GPUs.
     """
     demand = {k: v for k, v in target.items() if v}
     names = sorted(demand)
@@ -453,6 +455,8 @@ def exhaustive_best_evictions(geometry, existing, target, force=False, evict_pod
                 if vec != want or not all(may_destroy(ci, force, evict_pods) for ci in destroyed):
                     return
                 pods = {pod_of(h) for ci in destroyed for h in ci.pods}
+                if evicted_sets is not None:
+                    evicted_sets.add(frozenset(pods))
                 score = (len(pods), sum(1 for ci in destroyed if ci.pids), len(destroyed), -free)
                 if best is None or score < best:
                     best = score
@@ -464,6 +468,21 @@ def exhaustive_best_evictions(geometry, existing, target, force=False, evict_pod
     if best is None:
         return None
     return best[:3] + (-best[3],)
+
+
+def exhaustive_node_evictions(geometry, existing, targets):
+    """The fewest pods a node's change evicts, over every combination of allowed per-GPU plans
+    (a pod holding devices on several GPUs counts once).
+    existing, targets: {GPU index: layout}, {GPU index: target}."""
+    best = {frozenset()}
+    for gpu in sorted(existing):
+        sets = set()
+        exhaustive_best_evictions(geometry, existing[gpu], targets[gpu], evict_pods=True,
+                                  evicted_sets=sets)
+        # Keep only the unions no other union is inside: a superset never gives a smaller minimum.
+        unions = {a | b for a in best for b in sets}
+        best = {u for u in unions if not any(o < u for o in unions)}
+    return min(len(u) for u in best)
 
 
 # --------------------------------------------------------------------------

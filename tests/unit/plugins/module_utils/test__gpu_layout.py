@@ -556,3 +556,32 @@ def test_plans_evict_exactly_the_fewest_pods(model, data):
     busy_destroyed = sum(1 for dummy, ci in plan.destroyed_compute_instances() if ci.pids)
     assert (len(plan.evicted_pods), busy_destroyed, plan.destroyed_devices,
             free_run(geometry, plan.result)) == best
+
+
+def _held_3g(gi_id, start, *pods):
+    from ansible_collections.gpuops.mig.tests.unit.plugins.module_utils import layout_helpers
+    gi = layout_helpers.make_gi(layout_helpers.H100_80GB, gi_id, "3g.40gb", start)
+    ci = dataclasses.replace(gi.compute_instances[0], pods=pods)
+    return dataclasses.replace(gi, compute_instances=(ci,))
+
+
+def test_plan_node_gpus_evicts_a_pod_on_two_gpus_once_whichever_gpu_comes_first():
+    """GPU 0's choice is a tie for GPU 0 alone (ml/p's 3g.40gb or ml/q's); GPU 1, planned after
+    it, evicts ml/p anyway. The node's plans evict ml/p only; a GPU that cannot be planned gives
+    its LayoutError."""
+    from ansible_collections.gpuops.mig.plugins.module_utils._gpu_layout import (
+        evicted_pod_names, plan_node_gpus)
+    from ansible_collections.gpuops.mig.tests.unit.plugins.module_utils import layout_helpers
+    h100 = layout_helpers.H100_80GB
+    pq = (_held_3g(1, 0, "ml/p/main"), _held_3g(2, 4, "ml/q/main"))
+    requests = {0: (h100, pq, {"3g.40gb": 1, "2g.20gb": 1}, ()),
+                1: (h100, (_held_3g(1, 0, "ml/p/main"), _held_3g(2, 4)), {"7g.80gb": 1}, ())}
+    alone = plan_gpu(*requests[0][:3], evict_pods=True)
+    assert evicted_pod_names(alone) == {"ml/q"}   # GPU 0 alone breaks the tie the other way
+    plans = plan_node_gpus(requests, evict_pods=True)
+    assert [evicted_pod_names(plans[i]) for i in (0, 1)] == [{"ml/p"}, {"ml/p"}]
+    requests[2] = (h100, (), {"9g.900gb": 1}, ())
+    plans = plan_node_gpus(requests, evict_pods=True)
+    assert isinstance(plans[2], LayoutError) and evicted_pod_names(plans[0]) == {"ml/p"}
+    # Without evict_pods the plans are plan_gpu's: a held device is refused.
+    assert isinstance(plan_node_gpus(requests)[0], LayoutError)

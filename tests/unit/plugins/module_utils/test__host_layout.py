@@ -81,3 +81,58 @@ def test_apply_refuses_a_plan_that_destroys_a_device_a_pod_holds():
     item.plan = plan_gpu(item.geometry, [held], {"3g.20gb": 2}, evict_pods=True)
     with pytest.raises(RefusedError, match="Nothing was changed. GPU 0: MIG device MIG-1-0 is allocated to ml/a/main"):
         geometry.apply_host(None, [item])   # no NVML call is made
+
+
+def test_a_pod_on_two_gpus_is_evicted_once_for_the_node(nvml_host):
+    """Issue 33: a node of two H100s, pod ml/p holds a 3g.40gb on each GPU, ml/q the other
+    3g.40gb of GPU 1. GPU 0 becomes one 7g.80gb (ml/p goes), GPU 1 a 3g.40gb and a 2g.20gb: one
+    of its 3g.40gb goes, equal for GPU 1 alone. The node's plan takes ml/p's, which goes anyway:
+    one pod evicted, not two."""
+    nvml_host("2xH100-SXM5-80GB", mig="enabled")
+    with Nvml() as nvml:
+        for index in (0, 1):
+            for start in (0, 4):
+                gi = nvml.create_gpu_instance(index, 9, start, 4)
+                nvml.create_compute_instance(index, gi, 2, 0)
+        uuids = dict(((index, gi["placement"]["start"]),
+                      gi["compute_instances"][0]["mig_device_uuid"])
+                     for index in (0, 1) for gi in nvml.layout(index))
+        holders = {uuids[(0, 0)]: ("ml/p/main",), uuids[(1, 0)]: ("ml/p/main",),
+                   uuids[(1, 4)]: ("ml/q/main",)}
+        entries = geometry.load_entries(layouts=[
+            {"gpus": [0], "devices": {"7g.80gb": 1}},
+            {"gpus": [1], "devices": {"3g.40gb": 1, "2g.20gb": 1}}])
+        resolution, gpus = geometry.resolve(nvml, entries)
+        work = geometry.plan_host(nvml, resolution, gpus, check_mode=True, evict_pods=True,
+                                  holders=holders)
+    from ansible_collections.gpuops.mig.plugins.module_utils._evictions import host_evictions
+    evicted = host_evictions(work, {"gpus": []})
+    assert [p.pod for p in evicted.pods] == ["ml/p"]
+    counts = [dict(geometry.layout.device_counts(item.geometry, item.plan.result))
+              for item in work]
+    assert counts == [{"7g.80gb": 1}, {"3g.40gb": 1, "2g.20gb": 1}]
+
+
+def test_a_refusal_says_as_data_which_pods_hold_the_devices_in_the_way(nvml_host):
+    """Issue 33, item 4: a plan that must destroy a device a pod holds is refused before any
+    change, and the refusal (RefusedError.details, mig_config's refusals) names the GPU, the device
+    and its pod with reason allocated; a device with processes of no pod is reason other."""
+    from ansible_collections.gpuops.mig.plugins.module_utils._errors import RefusedError
+
+    path = nvml_host("2xH100-SXM5-80GB", mig="enabled")
+    with Nvml() as nvml:
+        for index in (0, 1):
+            gi = nvml.create_gpu_instance(index, 9, 0, 4)
+            nvml.create_compute_instance(index, gi, 2, 0)
+        uuid = nvml.layout(0)[0]["compute_instances"][0]["mig_device_uuid"]
+        sim.add_process(path, 1, pid=4242, gi=nvml.layout(1)[0]["id"], ci=0)
+        entries = geometry.load_entries(layouts=[{"gpus": "all", "devices": {"7g.80gb": 1}}])
+        resolution, gpus = geometry.resolve(nvml, entries)
+        with pytest.raises(RefusedError) as refused:
+            geometry.plan_host(nvml, resolution, gpus, holders={uuid: ("ml/late/main",)})
+    assert str(refused.value).startswith("Nothing was changed.")
+    by_gpu = dict((r["gpu"], r) for r in refused.value.details["refusals"])
+    assert by_gpu[0]["reason"] == "allocated" and by_gpu[1]["reason"] == "other"
+    assert [(d["uuid"], d["device"], d["pods"]) for d in by_gpu[0]["devices"]] == [
+        (uuid, "3g.40gb", ["ml/late/main"])]
+    assert by_gpu[1]["devices"] == [] and "4242" in by_gpu[1]["message"]

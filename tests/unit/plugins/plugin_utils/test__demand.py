@@ -254,3 +254,24 @@ def test_bad_kind_options_are_refused_with_their_name(args, message):
     with pytest.raises(d.DemandError) as err:
         d.watched_kinds(args)
     assert str(err.value) == message
+
+
+def test_the_demand_is_complete_once_every_watched_kind_has_been_listed():
+    """Issue 33: the first event must not come before every kind has been listed once; a kind
+    whose API keeps failing holds the others back for ``patience`` seconds at most, said once."""
+    kinds = d.watched_kinds({})
+    tracker = d.DemandTracker(kinds, patience=120, now=1000)
+    assert not tracker.complete(1000)
+    tracker.replace([], d.CLAIMS)
+    tracker.replace([], d.WORKLOADS)   # a kind the cluster does not serve lists as none
+    assert not tracker.complete(1001)       # pods not listed yet: their demand would be missing
+    tracker.replace([pod("p", {MIG_1G: 1})], d.PODS)
+    assert tracker.complete(1002) and tracker.take_warnings() == []
+
+    slow = d.DemandTracker(kinds, patience=120, now=1000)
+    slow.replace([], d.PODS)
+    assert not slow.complete(1119)
+    assert slow.complete(1120) and slow.complete(1121)
+    assert slow.take_warnings() == ["claims, workloads not listed 120 s after the start: the "
+                                    "demand is emitted without them until they are"]
+    assert d.DemandTracker().complete(0)   # no kinds named: nothing to wait for

@@ -97,7 +97,8 @@ def test_record_marks_nodes_unfinished_before_the_apply_and_clears_them_after():
     assert after["unfinished"] == {"z": "round-1"} and after["last_change"] == "2026-11-25T08:05:00Z"
     quiet = r.record(after, "round-3", {"apply": []}, True, now="2026-11-25T09:00:00Z")
     assert quiet["last_change"] == "2026-11-25T08:05:00Z" and quiet["last_round"] == "round-3"
-    # demand_round.yml's closing play records from the state the round read at its start: the change counts.
+    # demand_round.yml's closing play records from the state the round read at its start: the
+    # change counts.
     closing = r.record({"unfinished": {}}, "round-4", selection, True, now="2026-11-25T10:00:00Z")
     assert closing["last_change"] == "2026-11-25T10:00:00Z" and closing["unfinished"] == {}
 
@@ -124,14 +125,16 @@ def test_bad_round_input_is_refused_with_its_name(call, message):
     assert str(err.value).startswith(message)
 
 
-# ----- the planner's side of "give back what is idle" --------------------------------------------------------
+# ----- the planner's side of "give back what is idle"
+# --------------------------------------------------------
 
 def h100(*gis, mig_enabled=True):
     return facts(0, "H100-80GB", list(gis), mig_enabled=mig_enabled)
 
 
 def test_idle_devices_are_kept_while_no_demand_needs_their_slices():
-    # gpu-a holds an idle 3g.40gb; gpu-b is empty. 1g.10gb demand fits on gpu-b: gpu-a is not reshaped.
+    # gpu-a holds an idle 3g.40gb; gpu-b is empty. 1g.10gb demand fits on gpu-b: gpu-a is not
+    # reshaped.
     fleet = {"gpu-a": node_facts([h100((1, "3g.40gb", 0, ()), (2, "3g.40gb", 4, ()))]),
              "gpu-b": node_facts([h100()])}
     the_plan = fp.plan_fleet(fleet, {"1g.10gb": 2})
@@ -141,15 +144,161 @@ def test_idle_devices_are_kept_while_no_demand_needs_their_slices():
 
 
 def test_idle_devices_are_reshaped_when_demand_needs_their_slices_but_allocated_ones_never():
-    # One 3g.40gb runs a process (a pod holds it), the other is idle: the idle one becomes 3 x 1g.10gb.
+    # One 3g.40gb runs a process (a pod holds it), the other is idle: the idle one becomes 3 x
+    # 1g.10gb.
     fleet = {"gpu-a": node_facts([h100((1, "3g.40gb", 0, (4242,)), (2, "3g.40gb", 4, ()))])}
     the_plan = fp.plan_fleet(fleet, {"1g.10gb": 3}, in_use={"gpu-a": {"3g.40gb": 1}})
     gpu_a = the_plan["nodes"]["gpu-a"]["gpus"][0]
     assert gpu_a["after"] == {"1g.10gb": 3, "3g.40gb": 1} and gpu_a["destroyed"] == 1
-    # Pods hold both (the second one allocated without a process yet): nothing goes, the demand is unmet.
+    # Pods hold both (the second one allocated without a process yet): nothing goes, the demand is
+    # unmet.
     held = fp.plan_fleet(fleet, {"1g.10gb": 4}, in_use={"gpu-a": {"3g.40gb": 2}})
     assert held["nodes"]["gpu-a"]["touched"] is False and held["report"]["unmet_devices"] == 4
-    # More pods than processes: the planner cannot tell which device is free, so it keeps every one.
+    # More pods than processes: the planner cannot tell which device is free, so it keeps every
+    # one.
     unsure = {"gpu-a": node_facts([h100((1, "3g.40gb", 0, ()), (2, "3g.40gb", 4, ()))])}
     kept = fp.plan_fleet(unsure, {"1g.10gb": 4}, in_use={"gpu-a": {"3g.40gb": 1}})
     assert kept["nodes"]["gpu-a"]["touched"] is False
+
+
+def test_settings_take_every_documented_variable_and_their_defaults():
+    """Issue 33: each gpuops_mig_round_* setting of docs/dynamic.md reaches the round as set (the
+    rulebook renders its variables as text), the others keep their defaults."""
+    assert r.settings({}) == {"max_nodes": 1, "cooldown": 300, "dry_run": False, "serial": 1,
+                              "lease_duration": 900, "lease_wait": 0, "lease_namespace": "default",
+                              "deploy_device_plugin": False}
+    got = r.settings({"gpuops_mig_round_max_nodes": "4", "gpuops_mig_round_cooldown": "0",
+                      "gpuops_mig_round_dry_run": "True", "gpuops_mig_round_serial": 4,
+                      "gpuops_mig_round_lease_duration": 120, "gpuops_mig_round_lease_wait": "30",
+                      "gpuops_mig_round_lease_namespace": "gpu-ops",
+                      "gpuops_mig_round_deploy_device_plugin": True,
+                      "gpuops_mig_round_dir": "", "gpuops_mig_round_event": {"waiting": 1}})
+    assert got == {"max_nodes": 4, "cooldown": 0, "dry_run": True, "serial": 4,
+                   "lease_duration": 120, "lease_wait": 30, "lease_namespace": "gpu-ops",
+                   "deploy_device_plugin": True}
+    assert r.settings({"gpuops_mig_round_serial": "25%"})["serial"] == "25%"
+    assert set(r.settings({})) == set(r.SETTINGS)
+
+
+@pytest.mark.parametrize("variables, message", [
+    ({"gpuops_mig_round_cooldown": -5}, "gpuops_mig_round_cooldown must not be negative, got -5"),
+    ({"gpuops_mig_round_max_nodes": "two"}, "gpuops_mig_round_max_nodes must be a whole number"),
+    ({"gpuops_mig_round_dry_run": "maybe"}, "gpuops_mig_round_dry_run must be true or false"),
+    ({"gpuops_mig_round_serial": 0}, "gpuops_mig_round_serial must be a number of nodes"),
+    ({"gpuops_mig_round_serial": "150%"}, "gpuops_mig_round_serial must be a number of nodes"),
+    ({"gpuops_mig_round_lease_duration": 0}, "gpuops_mig_round_lease_duration must be at least 1"),
+    ({"gpuops_mig_round_lease_wait": [1]}, "gpuops_mig_round_lease_wait must be a whole number"),
+    ({"gpuops_mig_round_lease_namespace": 5}, "gpuops_mig_round_lease_namespace must be a name"),
+    ({"gpuops_mig_round_maxnodes": 2}, "unknown round variable.s. gpuops_mig_round_maxnodes"),
+])
+def test_bad_settings_are_refused_naming_the_variable(variables, message):
+    with pytest.raises(r.RoundError, match=message):
+        r.settings(variables)
+
+
+def failed_node(name):
+    return {"metadata": {"name": name, "labels": {r.FAILED_STATE_LABEL: "failed"}}}
+
+
+def test_the_planner_is_not_offered_the_nodes_the_round_would_hold():
+    """Issue 33: a node whose last change failed, or that an earlier round left unfinished, is held
+    by the selection whatever its plan; the planner must give the demand to another node."""
+    state = {"unfinished": {"gpu-c": "round-1"}}
+    nodes = [failed_node("gpu-a"), {"metadata": {"name": "gpu-b"}}]
+    assert r.plan_policy({}, ["gpu-a", "gpu-b", "gpu-c"], nodes, state) == {"nodes": ["gpu-b"]}
+    assert r.plan_policy({"nodes": ["gpu-a", "gpu-b"], "spare": {"1g.10gb": 1}},
+                         ["gpu-a", "gpu-b", "gpu-c"], nodes, state) == {"nodes": ["gpu-b"],
+                                                                       "spare": {"1g.10gb": 1}}
+    # nothing held: as given
+    assert r.plan_policy({"spare": {}}, ["gpu-b"], [], {}) == {"spare": {}}
+    both = r.blocked([failed_node("gpu-c")], state)["gpu-c"]
+    assert [why.split(" ")[0] for why in both] == ["the", "round"]
+
+
+def test_a_failed_round_leaves_unfinished_only_the_nodes_that_failed():
+    """Issue 33: the apply goes on past a failed node; the round's closing record keeps that node
+    unfinished, takes out the nodes it changed and the ones it never reached, and says so."""
+    selection = {"apply": ["gpu-a", "gpu-b", "gpu-c"], "planned": ["gpu-a", "gpu-b", "gpu-c"],
+                 "held": [], "nodes": dict((n, {"decision": "apply", "destroyed": 0, "created": 1,
+                                                "reasons": []})
+                                           for n in ("gpu-a", "gpu-b", "gpu-c"))}
+    before = r.record({}, "round-2", selection, False, now="2026-11-25T10:00:00Z")
+    assert sorted(before["unfinished"]) == ["gpu-a", "gpu-b", "gpu-c"]
+    after = r.record({}, "round-2", selection, True, now="2026-11-25T10:05:00Z", failed=["gpu-b"])
+    assert after["unfinished"] == {"gpu-b": "round-2"}
+    assert after["last_change"] == "2026-11-25T10:05:00Z"
+    lines = r.outcome_lines(selection, {"gpu-b": "gpu-b: the layout step failed"})
+    assert lines[1].startswith("gpu-b                failed   destroys 0, creates 1: gpu-b: the "
+                               "layout")
+    assert lines[-1] == ("round: 3 planned, 2 applied, 0 held, 1 failed (gpu-b): held until a "
+                         "person clears them")
+
+
+def test_demand_no_gpu_can_meet_is_reported_naming_who_asks():
+    selection = r.select({"nodes": {}, "report": {"unresolved": [
+        {"request": "9g.900gb", "count": 1, "reason": "no GPU of the fleet offers 9g.900gb",
+         "sources": ["ml/wants-huge"]}]}})
+    assert selection["apply"] == [] and selection["planned"] == []
+    assert r.outcome_lines(selection)[0] == ("not planned: 9g.900gb x1, no GPU of the fleet "
+                                             "offers 9g.900gb; asked by ml/wants-huge")
+
+
+def _refused(*reasons, **extra):
+    """mig_config's failed result: one refusal per reason; allocated ones name a pod's device."""
+    refusals = [{"gpu": i, "reason": reason, "message": "...",
+                 "devices": [{"uuid": "MIG-%d" % i, "device": "1g.10gb",
+                              "pods": ["ml/late-%d/main" % i]}] if reason == "allocated" else []}
+                for i, reason in enumerate(reasons)]
+    return dict({"failed": True, "changed": False, "msg": "Nothing was changed. ...",
+                 "refusals": refusals}, **extra)
+
+
+def test_a_refusal_only_for_pods_bound_after_the_plan_defers_a_round_node():
+    """Issue 33, item 4: in a round (the node in gpuops_mig_round_apply), mig_config's refusal
+    whose only obstacle is devices that pods got after the plan, with nothing changed, defers the
+    node: its labels go back as they were, the pods are named. Anything else fails it as before."""
+    labels = {"nvidia.com/mig.config": "all-1g", "nvidia.com/mig.config.state": "success",
+              "x": "y"}
+    names = ["nvidia.com/mig.config", "nvidia.com/mig.config.state", "absent"]
+    round_groups = ["gpu_nodes", r.APPLY_GROUP, "gpuops_mig_changing"]
+    got = r.deferral(_refused("allocated", "allocated"), round_groups, False, labels, names)
+    assert got["deferred"] is True and got["pods"] == ["ml/late-0", "ml/late-1"]
+    assert got["devices"] == ["MIG-0", "MIG-1"]
+    assert got["labels"] == {"nvidia.com/mig.config": "all-1g",
+                             "nvidia.com/mig.config.state": "success", "absent": None}
+    assert "ml/late-0, ml/late-1" in got["why"] and "next round" in got["why"]
+    not_deferred = [
+        (_refused("allocated"), ["gpu_nodes", "gpuops_mig_changing"], False),   # a plain rollout
+        (_refused("allocated", "other"), round_groups, False),                   # a second cause
+        (_refused("allocated"), round_groups, True),                  # a mode change first
+        (_refused("allocated", changed=True), round_groups, False),
+        (_refused("allocated", failed_part_way=[{"index": 0}]), round_groups, False),
+        (_refused(), round_groups, False),                                       # no refusals
+        ({"failed": True, "msg": "the device plugin did not come back"}, round_groups, False),
+        (None, round_groups, False),
+    ]
+    for result, groups, changed in not_deferred:
+        got = r.deferral(result, groups, changed, labels, names)
+        assert got["deferred"] is False and got["why"] == "", (result, groups, changed)
+
+
+def test_a_deferred_node_is_reported_finished_and_not_a_change():
+    """Issue 33, item 4: the round reads the deferred nodes from the rollout's rows, reports them
+    with the pods, records them finished (the next round plans them) and no change for the
+    cooldown."""
+    why = "pod(s) default/late got MIG device(s) MIG-0 after the plan"
+    rows = {"gpu-a": {"outcome": "changed"}, "gpu-c": None,
+            "gpu-b": {"outcome": "deferred", "deferred": {"pods": ["default/late"], "why": why}}}
+    deferred = r.deferred_nodes(rows)
+    assert deferred == {"gpu-b": {"pods": ["default/late"], "why": why}}
+    selection = {"planned": ["gpu-b"], "apply": ["gpu-b"], "held": [],
+                 "nodes": {"gpu-b": {"decision": "apply", "destroyed": 1, "created": 1,
+                                     "reasons": []}}}
+    state = r.record({}, "round-3", selection, True, now="2026-11-25T10:05:00Z",
+                     deferred=list(deferred))
+    assert state["unfinished"] == {} and "last_change" not in state
+    lines = r.outcome_lines(selection, {}, deferred)
+    assert lines[0].startswith("gpu-b                deferred destroys 1, creates 1: pod(s) "
+                               "default/late")
+    assert lines[-1] == ("round: 1 planned, 0 applied, 0 held, 1 deferred (gpu-b): planned again "
+                         "next round")
