@@ -2,8 +2,8 @@
 # Copyright: Contributors to the gpuops.mig collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""mig_ready and mig_ready_taint: the MIG-ready gate's decision per Node, and the startup taint checked
-(logic in plugin_utils/_mig_ready.py)."""
+"""mig_ready, mig_ready_taint and mig_ready_bootstrap: the MIG-ready gate's decision per Node, the
+startup taint checked, the layout a node pool's bootstrap installs (plugin_utils/_mig_ready.py)."""
 
 from __future__ import annotations
 
@@ -22,4 +22,5 @@ def mig_ready_taint(text):
 class FilterModule(object):
     def filters(self):
         return {"mig_ready": as_filter(ready.verdicts, ready.MigReadyError),
-                "mig_ready_taint": as_filter(mig_ready_taint, ready.MigReadyError)}
+                "mig_ready_taint": as_filter(mig_ready_taint, ready.MigReadyError),
+                "mig_ready_bootstrap": as_filter(ready.bootstrap_layout, ready.MigReadyError)}

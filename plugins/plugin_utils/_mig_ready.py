@@ -403,3 +403,30 @@ class GateTracker(object):
             waits.append(self.last_change + settle - now)
         waits += [seen["since"] + self.converge - now for seen in self.held.values() if not seen["overdue"]]
         return max(0.05, min(waits))
+
+
+def bootstrap_layout(pools: Any, pool: Any, host: str) -> dict[str, Any]:
+    """What the bootstrap (playbooks/bootstrap.yml) installs on ``host`` for its node pool ``pool``:
+    {config | layouts, config_name, pool}, validated before anything changes. MigReadyError names the bake
+    host, gpuops_mig_ready_pools and the entry."""
+    where = "bake host %s" % host
+    if _unset(pool):
+        raise MigReadyError("%s: no node pool: set gpuops_mig_pool, or have the cloud's bootstrap write "
+                            "its name to /etc/gpuops-mig/pool" % where)
+    if not isinstance(pools, Mapping) or str(pool) not in pools:
+        raise MigReadyError("%s: gpuops_mig_pool %r names no pool of gpuops_mig_ready_pools; known: %s"
+                            % (where, pool, ", ".join(sorted(pools or {})) or "none"))
+    entry = pools[str(pool)]
+    source = "%s, gpuops_mig_ready_pools[%s]" % (where, pool)
+    if not isinstance(entry, Mapping):
+        raise MigReadyError("%s: a pool must be a mapping with node_labels and a layout" % source)
+    settings = dict((k, entry.get(k)) for k in ("config", "config_file", "layouts", "config_name"))
+    entries, name = _entries(settings, source, None)
+    out = {"pool": str(pool), "config_name": None if settings.get("layouts") else name}
+    if not _unset(settings.get("layouts")):
+        out["layouts"] = settings["layouts"]
+    elif not _unset(settings.get("config_file")):
+        out["config"] = migparted.read_config_file(str(settings["config_file"]))
+    else:
+        out["config"] = settings["config"]
+    return out
