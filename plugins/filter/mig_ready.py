@@ -21,6 +21,8 @@ def mig_ready_taint(text):
 
 class FilterModule(object):
     def filters(self):
-        return {"mig_ready": as_filter(ready.verdicts, ready.MigReadyError),
-                "mig_ready_taint": as_filter(mig_ready_taint, ready.MigReadyError),
-                "mig_ready_bootstrap": as_filter(ready.bootstrap_layout, ready.MigReadyError)}
+        return {
+            "mig_ready": as_filter(ready.verdicts, ready.MigReadyError),
+            "mig_ready_taint": as_filter(mig_ready_taint, ready.MigReadyError),
+            "mig_ready_bootstrap": as_filter(ready.bootstrap_layout, ready.MigReadyError),
+        }

@@ -95,7 +95,14 @@ from ansible_collections.kubernetes.core.plugins.module_utils.args_common import
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
 
 from ansible_collections.gpuops.mig.plugins.module_utils._node_status import (
-    TaintError, basis_of, condition_of, condition_patch, has_taint, parse_taint, taint_patch)
+    TaintError,
+    basis_of,
+    condition_of,
+    condition_patch,
+    has_taint,
+    parse_taint,
+    taint_patch,
+)
 
 ATTEMPTS = 5
 JSON_PATCH = "application/json-patch+json"
@@ -119,41 +126,64 @@ def apply(nodes, name, wanted, verdict, hold, check_mode):
     from kubernetes.dynamic.exceptions import DynamicApiError
 
     ready = bool(verdict.get("ready"))
-    reason = str(verdict.get("reason") or ("MIGLayoutReady" if ready else "MIGLayoutNotAdvertised"))
+    reason = str(
+        verdict.get("reason") or ("MIGLayoutReady" if ready else "MIGLayoutNotAdvertised")
+    )
     message = str(verdict.get("message") or "")[:1024]
     for _attempt in range(ATTEMPTS):
         node = nodes.get(name=name).to_dict()
         if ready and verdict.get("basis") and basis_of(node) != verdict["basis"]:
-            return dict(changed=False, lifted=False, tainted=has_taint(node, wanted), stale=True,
-                        condition=condition_of(node))
-        taint_ops = taint_patch(node, wanted, present=False) if ready else \
-            (taint_patch(node, wanted, present=True) if hold else [])
+            return dict(
+                changed=False,
+                lifted=False,
+                tainted=has_taint(node, wanted),
+                stale=True,
+                condition=condition_of(node),
+            )
+        taint_ops = (
+            taint_patch(node, wanted, present=False)
+            if ready
+            else (taint_patch(node, wanted, present=True) if hold else [])
+        )
         status_ops = condition_patch(node, ready, reason, message, _now())
-        result = dict(changed=bool(taint_ops or status_ops), lifted=bool(ready and taint_ops),
-                      tainted=not ready and (hold or has_taint(node, wanted)), stale=False)
+        result = dict(
+            changed=bool(taint_ops or status_ops),
+            lifted=bool(ready and taint_ops),
+            tainted=not ready and (hold or has_taint(node, wanted)),
+            stale=False,
+        )
         if check_mode or not result["changed"]:
             return dict(result, condition=_written(status_ops) or condition_of(node))
         try:
             if taint_ops:
                 nodes.client.patch(nodes, body=taint_ops, name=name, content_type=JSON_PATCH)
             if status_ops:
-                node = nodes.client.patch(nodes.status, body=status_ops, name=name,
-                                          content_type=JSON_PATCH).to_dict()
+                node = nodes.client.patch(
+                    nodes.status, body=status_ops, name=name, content_type=JSON_PATCH
+                ).to_dict()
         except DynamicApiError as err:
             if err.status != 422:
                 raise
-            continue   # a guard's test failed (another writer in between): read the Node again
+            continue  # a guard's test failed (another writer in between): read the Node again
         return dict(result, condition=condition_of(node))
     raise RuntimeError("it changed under this run %d times in a row" % ATTEMPTS)
 
 
 def main():
     spec = dict(AUTH_ARG_SPEC)
-    spec.update(name=dict(type="str", required=True),
-                taint=dict(type="str", default="gpuops.mig/not-ready:NoSchedule"),
-                verdict=dict(type="dict", required=True), hold=dict(type="bool", default=False))
-    module = AnsibleK8SModule(module_class=AnsibleModule, argument_spec=spec, supports_check_mode=True,
-                              check_k8s=False, check_pyyaml=False)
+    spec.update(
+        name=dict(type="str", required=True),
+        taint=dict(type="str", default="gpuops.mig/not-ready:NoSchedule"),
+        verdict=dict(type="dict", required=True),
+        hold=dict(type="bool", default=False),
+    )
+    module = AnsibleK8SModule(
+        module_class=AnsibleModule,
+        argument_spec=spec,
+        supports_check_mode=True,
+        check_k8s=False,
+        check_pyyaml=False,
+    )
     name = module.params["name"]
     try:
         wanted = parse_taint(module.params["taint"], "taint")
@@ -161,18 +191,34 @@ def main():
         module.fail_json(msg="Node %s: %s. Nothing was written." % (name, err))
     verdict = module.params["verdict"]
     try:
-        from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
+        from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import (
+            get_api_client,
+        )
+
         module.requires("kubernetes")
         nodes = get_api_client(module).resource("Node", "v1")
         result = apply(nodes, name, wanted, verdict, module.params["hold"], module.check_mode)
-    except Exception as err:  # the client's API errors (404, 403, 5xx, no connection), phrased for a person
-        module.fail_json(msg="Node %s: its MIG-ready condition and taint %s could not be written: %s"
-                         % (name, module.params["taint"], err))
-    what = ("stale: the Node changed since the decision, nothing written" if result["stale"] else
-            "taint %s lifted" % wanted["key"] if result["lifted"] else
-            "tainted %s" % wanted["key"] if result["tainted"] else "not tainted")
-    module.exit_json(msg="Node %s: MIG-ready %s (%s); %s." % (
-        name, "True" if verdict.get("ready") else "False", verdict.get("reason") or "", what), **result)
+    except (
+        Exception
+    ) as err:  # the client's API errors (404, 403, 5xx, no connection), phrased for a person
+        module.fail_json(
+            msg="Node %s: its MIG-ready condition and taint %s could not be written: %s"
+            % (name, module.params["taint"], err)
+        )
+    what = (
+        "stale: the Node changed since the decision, nothing written"
+        if result["stale"]
+        else (
+            "taint %s lifted" % wanted["key"]
+            if result["lifted"]
+            else "tainted %s" % wanted["key"] if result["tainted"] else "not tainted"
+        )
+    )
+    module.exit_json(
+        msg="Node %s: MIG-ready %s (%s); %s."
+        % (name, "True" if verdict.get("ready") else "False", verdict.get("reason") or "", what),
+        **result,
+    )
 
 
 if __name__ == "__main__":

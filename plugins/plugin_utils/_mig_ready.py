@@ -18,27 +18,47 @@ from typing import Any, Mapping
 
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError
 from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import (
-    ANNOTATION_LAST_ERROR, LABEL_CONFIG, LABEL_STATE)
+    ANNOTATION_LAST_ERROR,
+    LABEL_CONFIG,
+    LABEL_STATE,
+)
 from ansible_collections.gpuops.mig.plugins.module_utils import _migparted as migparted
 from ansible_collections.gpuops.mig.plugins.module_utils._node_status import (
-    CONDITION_TYPE, TaintError, basis_of, condition_of, has_taint, parse_taint)
+    CONDITION_TYPE,
+    TaintError,
+    basis_of,
+    condition_of,
+    has_taint,
+    parse_taint,
+)
 
-__all__ = ["MigReadyError", "declared_layout", "decide", "verdicts", "parse_taint", "CONDITION_TYPE"]
+__all__ = [
+    "MigReadyError",
+    "declared_layout",
+    "decide",
+    "verdicts",
+    "parse_taint",
+    "CONDITION_TYPE",
+]
 
 READY = "MIGLayoutReady"
 NOT_ADVERTISED = "MIGLayoutNotAdvertised"
 FAILED = "MIGReconfigureFailed"
 PENDING = "MIGLayoutPending"
 INVALID = "MIGLayoutInvalid"
-CHANGING = "MIGLayoutChanging"   # a rollout holds the node (roles/mig_node)
+CHANGING = "MIGLayoutChanging"  # a rollout holds the node (roles/mig_node)
 
 MIG_PREFIX = "nvidia.com/mig-"
 WHOLE = "nvidia.com/gpu"
 # The most compute slices any MIG GPU has (A100, H100, H200, B200: 7; A30: 4).
 MAX_SLICES = 7
 # The settings of the inventory that declare a host's layout (the mig_node role's variables).
-HOST_KEYS = (("config", "mig_node_config"), ("config_file", "mig_node_config_file"),
-             ("layouts", "mig_node_layouts"), ("config_name", "mig_node_config_name"))
+HOST_KEYS = (
+    ("config", "mig_node_config"),
+    ("config_file", "mig_node_config_file"),
+    ("layouts", "mig_node_layouts"),
+    ("config_name", "mig_node_config_name"),
+)
 POOL_KEYS = ("node_labels", "config", "config_file", "config_name", "layouts", "gpus")
 _PROFILE = re.compile(r"(?:[0-9]+c\.)?([0-9]+)g\.([0-9]+)gb")
 
@@ -56,26 +76,36 @@ def _pool_for(node_name, labels, pools):
     if _unset(pools):
         return None
     if not isinstance(pools, Mapping):
-        raise MigReadyError("gpuops_mig_ready_pools must map a pool name to its layout, got %s"
-                            % type(pools).__name__)
+        raise MigReadyError(
+            "gpuops_mig_ready_pools must map a pool name to its layout, got %s"
+            % type(pools).__name__
+        )
     found = []
     for name, pool in sorted(pools.items()):
         where = "gpuops_mig_ready_pools[%s]" % name
         if not isinstance(pool, Mapping):
-            raise MigReadyError("%s: a pool must be a mapping with node_labels and a layout" % where)
+            raise MigReadyError(
+                "%s: a pool must be a mapping with node_labels and a layout" % where
+            )
         unknown = sorted(set(pool) - set(POOL_KEYS))
         if unknown:
-            raise MigReadyError("%s: unknown key(s) %s; allowed: %s"
-                                % (where, ", ".join(unknown), ", ".join(POOL_KEYS)))
+            raise MigReadyError(
+                "%s: unknown key(s) %s; allowed: %s"
+                % (where, ", ".join(unknown), ", ".join(POOL_KEYS))
+            )
         selector = pool.get("node_labels")
         if not isinstance(selector, Mapping) or not selector:
-            raise MigReadyError("%s: node_labels must be a non-empty mapping of the labels its nodes "
-                                "carry" % where)
+            raise MigReadyError(
+                "%s: node_labels must be a non-empty mapping of the labels its nodes "
+                "carry" % where
+            )
         if all(labels.get(str(k)) == str(v) for k, v in selector.items()):
             found.append((name, pool))
     if len(found) > 1:
-        raise MigReadyError("Node %s: matches pools %s of gpuops_mig_ready_pools; a node belongs to one"
-                            % (node_name, ", ".join(n for n, _ in found)))
+        raise MigReadyError(
+            "Node %s: matches pools %s of gpuops_mig_ready_pools; a node belongs to one"
+            % (node_name, ", ".join(n for n, _ in found))
+        )
     return found[0] if found else None
 
 
@@ -83,9 +113,11 @@ def _entries(settings, where, label_name):
     """(entries, config name) of a layout declaration: config/config_file (+ name) or layouts."""
     given = [k for k in ("config", "config_file", "layouts") if not _unset(settings.get(k))]
     if len(given) != 1:
-        raise MigReadyError("%s: %s; declare exactly one of config (a mig-parted config), config_file "
-                            "or layouts" % (where, "names no layout" if not given
-                                            else "sets " + " and ".join(given)))
+        raise MigReadyError(
+            "%s: %s; declare exactly one of config (a mig-parted config), config_file "
+            "or layouts"
+            % (where, "names no layout" if not given else "sets " + " and ".join(given))
+        )
     try:
         if given == ["layouts"]:
             layouts = settings["layouts"]
@@ -101,8 +133,9 @@ def _entries(settings, where, label_name):
         raise MigReadyError("%s: %s" % (where, e))
 
 
-def declared_layout(node: Mapping[str, Any], pools: Any = None, host: Mapping[str, Any] | None = None
-                    ) -> dict[str, Any]:
+def declared_layout(
+    node: Mapping[str, Any], pools: Any = None, host: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The layout declared for ``node``: {source, name, entries, gpus}.
 
     ``host``: the node's inventory settings (mig_node_config, _config_file, _config_name, _layouts), which
@@ -120,20 +153,32 @@ def declared_layout(node: Mapping[str, Any], pools: Any = None, host: Mapping[st
     else:
         pool = _pool_for(name, labels, pools)
         if pool is None:
-            why = ("carries %s=%s but no pool of gpuops_mig_ready_pools nor the inventory says which "
-                   "config file holds it" % (LABEL_CONFIG, label_name)) if label_name else \
-                "no layout is declared for it (inventory, gpuops_mig_ready_pools or %s)" % LABEL_CONFIG
+            why = (
+                (
+                    "carries %s=%s but no pool of gpuops_mig_ready_pools nor the inventory says which "
+                    "config file holds it" % (LABEL_CONFIG, label_name)
+                )
+                if label_name
+                else "no layout is declared for it (inventory, gpuops_mig_ready_pools or %s)"
+                % LABEL_CONFIG
+            )
             raise MigReadyError("Node %s: %s" % (name, why))
         source = "Node %s, gpuops_mig_ready_pools[%s]" % (name, pool[0])
-        settings = dict((k, pool[1].get(k)) for k in ("config", "config_file", "layouts", "config_name"))
+        settings = dict(
+            (k, pool[1].get(k)) for k in ("config", "config_file", "layouts", "config_name")
+        )
         gpus = pool[1].get("gpus")
         if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
-            raise MigReadyError("%s: gpus must be the number of GPUs of its nodes, got %r" % (source, gpus))
+            raise MigReadyError(
+                "%s: gpus must be the number of GPUs of its nodes, got %r" % (source, gpus)
+            )
     entries, config_name = _entries(settings, source, label_name)
     for entry in entries:
         if entry.device_filter:
-            raise MigReadyError("%s: %s selects GPUs by device-filter, which a Node does not show; "
-                                "give the pool a layout without device-filter" % (source, entry.label))
+            raise MigReadyError(
+                "%s: %s selects GPUs by device-filter, which a Node does not show; "
+                "give the pool a layout without device-filter" % (source, entry.label)
+            )
     _check_fits(node, entries, source)
     return {"source": source, "name": config_name, "entries": entries, "gpus": gpus}
 
@@ -154,10 +199,19 @@ def _check_fits(node, entries, source):
                 slices += int(match.group(1)) * count
                 memory += int(match.group(2)) * count
         if slices > MAX_SLICES or (memory_gb and memory > memory_gb):
-            raise MigReadyError("%s: %s asks for %s per GPU: %d compute slices and %d GB, more than a GPU "
-                                "of this node holds (%d slices%s)"
-                                % (source, entry.label, _devices_text(entry.mig_devices), slices, memory,
-                                   MAX_SLICES, ", %d GB" % memory_gb if memory_gb else ""))
+            raise MigReadyError(
+                "%s: %s asks for %s per GPU: %d compute slices and %d GB, more than a GPU "
+                "of this node holds (%d slices%s)"
+                % (
+                    source,
+                    entry.label,
+                    _devices_text(entry.mig_devices),
+                    slices,
+                    memory,
+                    MAX_SLICES,
+                    ", %d GB" % memory_gb if memory_gb else "",
+                )
+            )
 
 
 def _devices_text(devices):
@@ -185,13 +239,21 @@ def _expected(declared, advertised):
     indexed = dict((i, e) for e in entries if e.devices != "all" for i in e.devices)
     count = gpus
     if count is None and every:
-        per = dict((p, n) for p, n in every[-1].mig_devices.items() if n) if every[-1].mig_enabled else {}
+        per = (
+            dict((p, n) for p, n in every[-1].mig_devices.items() if n)
+            if every[-1].mig_enabled
+            else {}
+        )
         if per and not indexed:
             ratios = set(advertised.get(MIG_PREFIX + p, 0) / float(n) for p, n in per.items())
             whole_ratio = ratios.pop() if len(ratios) == 1 else None
             if whole_ratio is None or whole_ratio != int(whole_ratio) or whole_ratio < 1:
-                return None, None, "device plugin advertises %s, which is not a whole number of GPUs " \
-                    "of %s" % (_resources_text(advertised, per), _devices_text(per))
+                return (
+                    None,
+                    None,
+                    "device plugin advertises %s, which is not a whole number of GPUs "
+                    "of %s" % (_resources_text(advertised, per), _devices_text(per)),
+                )
             count = int(whole_ratio)
         elif not indexed:
             count = advertised.get(WHOLE, 0) or None
@@ -212,7 +274,9 @@ def _expected(declared, advertised):
 
 
 def _resources_text(advertised, per):
-    return ", ".join("%s: %d" % (MIG_PREFIX + p, advertised.get(MIG_PREFIX + p, 0)) for p in sorted(per))
+    return ", ".join(
+        "%s: %d" % (MIG_PREFIX + p, advertised.get(MIG_PREFIX + p, 0)) for p in sorted(per)
+    )
 
 
 def _failure(node):
@@ -221,12 +285,16 @@ def _failure(node):
     error = (meta.get("annotations") or {}).get(ANNOTATION_LAST_ERROR)
     if error:
         import json
+
         try:
             record = json.loads(error)
             text = "%s at step %s" % (record.get("message") or "?", record.get("step") or "?")
         except (ValueError, AttributeError):
             text = str(error)
-        return FAILED, "%s says the last MIG change failed: %s" % (ANNOTATION_LAST_ERROR, text[:600])
+        return FAILED, "%s says the last MIG change failed: %s" % (
+            ANNOTATION_LAST_ERROR,
+            text[:600],
+        )
     state = (meta.get("labels") or {}).get(LABEL_STATE)
     if state == "failed":
         return FAILED, "%s is failed: mig-manager could not apply the layout" % LABEL_STATE
@@ -252,30 +320,46 @@ def decide(node: Mapping[str, Any], declared: Mapping[str, Any]) -> dict[str, An
     strategy = labels.get("nvidia.com/mig.strategy")
     total = sum(want.values())
     if strategy == "single":
-        profiles = sorted(r[len(MIG_PREFIX):] for r in want)
+        profiles = sorted(r[len(MIG_PREFIX) :] for r in want)
         product = labels.get("nvidia.com/gpu.product", "")
-        if advertised.get(WHOLE, 0) != total or len(profiles) > 1 or \
-                (profiles and not product.endswith("-MIG-" + profiles[0])):
-            return _not("device plugin advertises %s: %d (MIG strategy single, product %s), declared "
-                        "%s of %s" % (WHOLE, advertised.get(WHOLE, 0), product or "unlabelled",
-                                      _devices_text(dict((p, want[MIG_PREFIX + p]) for p in profiles)),
-                                      what))
+        if (
+            advertised.get(WHOLE, 0) != total
+            or len(profiles) > 1
+            or (profiles and not product.endswith("-MIG-" + profiles[0]))
+        ):
+            return _not(
+                "device plugin advertises %s: %d (MIG strategy single, product %s), declared "
+                "%s of %s"
+                % (
+                    WHOLE,
+                    advertised.get(WHOLE, 0),
+                    product or "unlabelled",
+                    _devices_text(dict((p, want[MIG_PREFIX + p]) for p in profiles)),
+                    what,
+                )
+            )
         return _ready(what, want)
     for resource in sorted(set(want) | set(r for r in advertised if r.startswith(MIG_PREFIX))):
         if resource.endswith(".shared") or advertised.get(resource, 0) == want.get(resource, 0):
             continue
-        return _not("device plugin advertises %s: %d, declared %d (%s)"
-                    % (resource, advertised.get(resource, 0), want.get(resource, 0), what))
+        return _not(
+            "device plugin advertises %s: %d, declared %d (%s)"
+            % (resource, advertised.get(resource, 0), want.get(resource, 0), what)
+        )
     if advertised.get(WHOLE, 0) != whole:
-        return _not("device plugin advertises %s: %d, declared %d whole GPU%s (%s)"
-                    % (WHOLE, advertised.get(WHOLE, 0), whole, "" if whole == 1 else "s", what))
+        return _not(
+            "device plugin advertises %s: %d, declared %d whole GPU%s (%s)"
+            % (WHOLE, advertised.get(WHOLE, 0), whole, "" if whole == 1 else "s", what)
+        )
     if want and not labels.get("nvidia.com/gpu.product"):
         return _not("GPU Feature Discovery has not labelled the node yet; declared %s" % what)
     for resource, count in sorted(want.items()):
         label = resource + ".count"
         if labels.get(label) is not None and _count(labels[label]) != count:
-            return _not("GPU Feature Discovery labels %s=%s, declared %d (%s)"
-                        % (label, labels[label], count, what))
+            return _not(
+                "GPU Feature Discovery labels %s=%s, declared %d (%s)"
+                % (label, labels[label], count, what)
+            )
     return _ready(what, want)
 
 
@@ -285,18 +369,25 @@ def _not(message):
 
 def _ready(what, want):
     shown = ", ".join("%s: %d" % kv for kv in sorted(want.items())) or "no MIG device"
-    return {"ready": True, "reason": READY,
-            "message": "%s advertised: %s; no whole GPU left where MIG is declared" % (what, shown)}
+    return {
+        "ready": True,
+        "reason": READY,
+        "message": "%s advertised: %s; no whole GPU left where MIG is declared" % (what, shown),
+    }
 
 
 def candidate(node: Mapping[str, Any], taint: Mapping[str, str]) -> bool:
     """Whether the gate looks at this node: it carries the startup taint, or the GPU Operator's
     nvidia.com/mig.config label without the success state."""
     labels = (node.get("metadata") or {}).get("labels") or {}
-    return has_taint(node, taint) or (bool(labels.get(LABEL_CONFIG)) and labels.get(LABEL_STATE) != "success")
+    return has_taint(node, taint) or (
+        bool(labels.get(LABEL_CONFIG)) and labels.get(LABEL_STATE) != "success"
+    )
 
 
-def verdicts(nodes: Any, taint: Any, pools: Any = None, hostvars: Any = None) -> list[dict[str, Any]]:
+def verdicts(
+    nodes: Any, taint: Any, pools: Any = None, hostvars: Any = None
+) -> list[dict[str, Any]]:
     """One verdict per Node of ``nodes`` that carries the taint ``taint`` (key[=value]:effect) or
     the operator's label without success: {node, ready, reason, message, tainted, resource_version,
     basis (what the decision read, for mig_node_ready's guard), condition (the one it has)}. A wrong
@@ -318,9 +409,13 @@ def verdicts(nodes: Any, taint: Any, pools: Any = None, hostvars: Any = None) ->
             verdict = decide(node, declared_layout(node, pools, host))
         except MigReadyError as e:
             verdict = {"ready": False, "reason": INVALID, "message": str(e)}
-        verdict.update(node=name, tainted=has_taint(node, wanted),
-                       resource_version=node["metadata"].get("resourceVersion"),
-                       basis=basis_of(node), condition=condition_of(node))
+        verdict.update(
+            node=name,
+            tainted=has_taint(node, wanted),
+            resource_version=node["metadata"].get("resourceVersion"),
+            basis=basis_of(node),
+            condition=condition_of(node),
+        )
         out.append(verdict)
     return out
 
@@ -330,11 +425,15 @@ def ready_cell(node: Mapping[str, Any] | None) -> str:
     condition = condition_of(node)
     if not condition:
         return "-"
-    return "%s (%s)" % ("yes" if condition.get("status") == "True" else "no", condition.get("reason") or "?")
+    return "%s (%s)" % (
+        "yes" if condition.get("status") == "True" else "no",
+        condition.get("reason") or "?",
+    )
 
 
 def _created(node, now):
     import datetime
+
     stamp = (node.get("metadata") or {}).get("creationTimestamp")
     try:
         when = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")
@@ -346,7 +445,8 @@ def _created(node, now):
 class GateTracker(object):
     """What the event source gpuops.mig.mig_ready knows of the Nodes: which the gate holds (candidate()),
     which of those changed since the last event (labels, annotations, advertised resources, taints),
-    and which have been held longer than ``converge_seconds`` since they registered (each said once)."""
+    and which have been held longer than ``converge_seconds`` since they registered (each said once).
+    """
 
     def __init__(self, taint: Mapping[str, str], converge_seconds: float = 300.0):
         self.taint = taint
@@ -375,16 +475,23 @@ class GateTracker(object):
         seen = self.held.get(name)
         if seen is not None and seen["basis"] == basis:
             return
-        self.held[name] = {"basis": basis, "since": seen["since"] if seen else _created(node, now),
-                           "overdue": seen["overdue"] if seen else False}
+        self.held[name] = {
+            "basis": basis,
+            "since": seen["since"] if seen else _created(node, now),
+            "overdue": seen["overdue"] if seen else False,
+        }
         self.changed.add(name)
         self.last_change = now
 
     def due(self, now: float, settle: float) -> dict[str, Any] | None:
         """The event to emit now: {nodes: held Nodes changed (settled ``settle`` seconds), overdue: held
-        Nodes past the convergence time, said once each, held_seconds: {node: seconds}}; None when none."""
-        overdue = sorted(name for name, seen in self.held.items()
-                         if not seen["overdue"] and now - seen["since"] >= self.converge)
+        Nodes past the convergence time, said once each, held_seconds: {node: seconds}}; None when none.
+        """
+        overdue = sorted(
+            name
+            for name, seen in self.held.items()
+            if not seen["overdue"] and now - seen["since"] >= self.converge
+        )
         settled = self.changed and now - self.last_change >= settle
         if not overdue and not settled:
             return None
@@ -393,15 +500,22 @@ class GateTracker(object):
             self.held[name]["overdue"] = True
         if settled:
             self.changed = set()
-        return {"nodes": nodes, "overdue": overdue,
-                "held_seconds": dict((n, round(now - self.held[n]["since"], 1)) for n in nodes)}
+        return {
+            "nodes": nodes,
+            "overdue": overdue,
+            "held_seconds": dict((n, round(now - self.held[n]["since"], 1)) for n in nodes),
+        }
 
     def wait(self, now: float, settle: float) -> float:
         """Seconds until due() may have something (at most 5)."""
         waits = [5.0]
         if self.changed:
             waits.append(self.last_change + settle - now)
-        waits += [seen["since"] + self.converge - now for seen in self.held.values() if not seen["overdue"]]
+        waits += [
+            seen["since"] + self.converge - now
+            for seen in self.held.values()
+            if not seen["overdue"]
+        ]
         return max(0.05, min(waits))
 
 
@@ -411,11 +525,15 @@ def bootstrap_layout(pools: Any, pool: Any, host: str) -> dict[str, Any]:
     host, gpuops_mig_ready_pools and the entry."""
     where = "bake host %s" % host
     if _unset(pool):
-        raise MigReadyError("%s: no node pool: set gpuops_mig_pool, or have the cloud's bootstrap write "
-                            "its name to /etc/gpuops-mig/pool" % where)
+        raise MigReadyError(
+            "%s: no node pool: set gpuops_mig_pool, or have the cloud's bootstrap write "
+            "its name to /etc/gpuops-mig/pool" % where
+        )
     if not isinstance(pools, Mapping) or str(pool) not in pools:
-        raise MigReadyError("%s: gpuops_mig_pool %r names no pool of gpuops_mig_ready_pools; known: %s"
-                            % (where, pool, ", ".join(sorted(pools or {})) or "none"))
+        raise MigReadyError(
+            "%s: gpuops_mig_pool %r names no pool of gpuops_mig_ready_pools; known: %s"
+            % (where, pool, ", ".join(sorted(pools or {})) or "none")
+        )
     entry = pools[str(pool)]
     source = "%s, gpuops_mig_ready_pools[%s]" % (where, pool)
     if not isinstance(entry, Mapping):

@@ -88,8 +88,12 @@ demand, gate = _import_utils()
 def _client(args):
     from kubernetes import client, config
 
-    kubeconfig = (args.get("kubeconfig") or os.environ.get("K8S_AUTH_KUBECONFIG")
-                  or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config"))
+    kubeconfig = (
+        args.get("kubeconfig")
+        or os.environ.get("K8S_AUTH_KUBECONFIG")
+        or os.environ.get("KUBECONFIG")
+        or os.path.expanduser("~/.kube/config")
+    )
     if os.path.exists(kubeconfig):
         return config.new_client_from_config(config_file=kubeconfig, context=args.get("context"))
     config.load_incluster_config()
@@ -119,12 +123,18 @@ def _watch(args, deliver, stop):
                     response.release_conn()
                 resource_version = body["metadata"]["resourceVersion"]
                 deliver("listed", body.get("items") or [])
-            stream = watch.Watch().stream(core.list_node, resource_version=resource_version,
-                                          timeout_seconds=timeout, allow_watch_bookmarks=True,
-                                          _request_timeout=timeout + 30)
+            stream = watch.Watch().stream(
+                core.list_node,
+                resource_version=resource_version,
+                timeout_seconds=timeout,
+                allow_watch_bookmarks=True,
+                _request_timeout=timeout + 30,
+            )
             for event in stream:
                 obj = event.get("raw_object") or {}
-                resource_version = (obj.get("metadata") or {}).get("resourceVersion") or resource_version
+                resource_version = (obj.get("metadata") or {}).get(
+                    "resourceVersion"
+                ) or resource_version
                 if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
                     deliver("event", (event["type"], obj))
                 elif event.get("type") == "ERROR" and obj.get("code") == 410:
@@ -137,11 +147,18 @@ def _watch(args, deliver, stop):
             if exc.status == 410:
                 resource_version = None
                 continue
-            deliver("error", "the Kubernetes API answered %s %s for Nodes" % (exc.status, exc.reason))
+            deliver(
+                "error", "the Kubernetes API answered %s %s for Nodes" % (exc.status, exc.reason)
+            )
             stop.wait(backoff.failed())
-        except Exception as exc:  # connection refused or reset: keep the resourceVersion, reconnect
-            deliver("error", "watching Nodes failed: %s"
-                    % (str(exc).splitlines() or [exc.__class__.__name__])[0])
+        except (
+            Exception
+        ) as exc:  # connection refused or reset: keep the resourceVersion, reconnect
+            deliver(
+                "error",
+                "watching Nodes failed: %s"
+                % (str(exc).splitlines() or [exc.__class__.__name__])[0],
+            )
             stop.wait(backoff.failed())
 
 
@@ -159,13 +176,15 @@ async def main(queue, args):
     def deliver(what, payload):
         loop.call_soon_threadsafe(inbox.put_nowait, (what, payload))
 
-    threading.Thread(target=_watch, args=(args, deliver, stop), name="mig-ready-watch",
-                     daemon=True).start()
+    threading.Thread(
+        target=_watch, args=(args, deliver, stop), name="mig-ready-watch", daemon=True
+    ).start()
     try:
         while True:
             try:
-                what, payload = await asyncio.wait_for(inbox.get(),
-                                                       timeout=tracker.wait(time.time(), settle))
+                what, payload = await asyncio.wait_for(
+                    inbox.get(), timeout=tracker.wait(time.time(), settle)
+                )
             except asyncio.TimeoutError:
                 what = None
             now = time.time()
@@ -174,7 +193,9 @@ async def main(queue, args):
             elif what == "event":
                 tracker.apply(payload[0], payload[1], now)
             elif what == "error":
-                print("gpuops.mig.mig_ready: %s; reconnecting" % payload, file=sys.stderr, flush=True)
+                print(
+                    "gpuops.mig.mig_ready: %s; reconnecting" % payload, file=sys.stderr, flush=True
+                )
             ready = tracker.due(now, settle)
             if ready is not None:
                 await queue.put({"mig_ready": ready})
