@@ -185,7 +185,8 @@ def declared_layout(
 
 def _check_fits(node, entries, source):
     """Refuse a layout no GPU of the node can hold: more compute slices than a MIG GPU has, or more memory
-    than GPU Feature Discovery says the node's GPUs have (nvidia.com/gpu.memory, when labelled)."""
+    than GPU Feature Discovery says the node's GPUs have (nvidia.com/gpu.memory, when labelled; profile
+    names round their memory up: an 80 GB H100 reports 81559 MiB, so 5 % are allowed)."""
     labels = (node.get("metadata") or {}).get("labels") or {}
     try:
         memory_gb = int(labels.get("nvidia.com/gpu.memory") or 0) / 1024.0
@@ -198,7 +199,7 @@ def _check_fits(node, entries, source):
             if match:
                 slices += int(match.group(1)) * count
                 memory += int(match.group(2)) * count
-        if slices > MAX_SLICES or (memory_gb and memory > memory_gb):
+        if slices > MAX_SLICES or (memory_gb and memory > memory_gb * 1.05):
             raise MigReadyError(
                 "%s: %s asks for %s per GPU: %d compute slices and %d GB, more than a GPU "
                 "of this node holds (%d slices%s)"
