@@ -324,3 +324,18 @@ class Backoff(object):
 
     def succeeded(self) -> None:
         self.next = self.first
+
+
+def api_client(args: Mapping[str, Any]) -> Any:
+    """The Kubernetes client of an event source (mig_demand, mig_ready): ``kubeconfig`` and ``context``,
+    else K8S_AUTH_KUBECONFIG, KUBECONFIG, ~/.kube/config, else the in-cluster service account."""
+    import os
+
+    from kubernetes import client, config
+
+    kubeconfig = (args.get("kubeconfig") or os.environ.get("K8S_AUTH_KUBECONFIG")
+                  or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config"))
+    if os.path.exists(kubeconfig):
+        return config.new_client_from_config(config_file=kubeconfig, context=args.get("context"))
+    config.load_incluster_config()
+    return client.ApiClient()

@@ -14,6 +14,8 @@ from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import (
     LABEL_STATE as STATE_LABEL,
 )
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _layout_source as layout_source
+from ansible_collections.gpuops.mig.plugins.module_utils._node_status import condition_of
+from ansible_collections.gpuops.mig.plugins.plugin_utils._mig_ready import ready_cell
 
 # Where the declared layout comes from, by the rollout's own rules (plugin_utils/_layout_source.py): a plan from
 # plan.yml names the node's layout and wins, then mig_node_config_name, then the node's nvidia.com/mig.config
@@ -92,12 +94,15 @@ def kubernetes_view(host: str, declared: Mapping[str, Any], nodes_by_name: Mappi
     name = str(declared.get("k8s_node_name") or host)
     node = nodes_by_name.get(name)
     labels = ((node or {}).get("metadata") or {}).get("labels") or {}
-    return {
+    view = {
         "node": name,
         "found": node is not None,
         "mig_config": labels.get(CONFIG_LABEL),
         "mig_config_state": labels.get(STATE_LABEL),
     }
+    if condition_of(node) is not None:   # the MIG-ready gate's condition (docs/autoscaled-nodes.md)
+        view["mig_ready"] = ready_cell(node)
+    return view
 
 
 def declared_layout(host: str, declared: Mapping[str, Any], plan: Any, kubernetes: Mapping[str, Any] | None
@@ -185,6 +190,8 @@ def node_cells(entry: Mapping[str, Any]) -> list[str]:
         state = "no node %s" % kubernetes.get("node")
     else:
         state = kubernetes.get("mig_config_state") or "unset"
+        if kubernetes.get("mig_ready"):
+            state += ", MIG-ready " + kubernetes["mig_ready"]
     return [declared.get("layout") or NOT_APPLICABLE, declared.get("source") or SOURCE_NONE, state]
 
 

@@ -52,13 +52,15 @@ def test_canary_failure_stops_the_rollout_then_report_then_disable(cluster, clus
     # Beside the GPUs, the layout the rollout applies and the state it left on the node.
     assert data["gpu-bad"]["declared"] == {"layout": "all-3g", "source": "inventory"}
     assert data["gpu-bad"]["kubernetes"] == {"node": "gpu-bad", "found": True, "mig_config": "all-3g",
-                                             "mig_config_state": "failed"}
+                                             "mig_config_state": "failed",
+                                             "mig_ready": "no (MIGReconfigureFailed)"}   # the gate's condition
     assert data["gpu-good"]["declared"] == {"layout": "custom", "source": "inventory"}   # mig_node_layouts
     assert data["gpu-good"]["kubernetes"]["mig_config_state"] is None
     table = (tmp_path / "report.txt").read_text().splitlines()
     assert table[0].split() == ["HOST", "GPU", "MODEL", "MIG", "MIG", "DEVICES", "DECLARED", "FROM", "STATE"]
     assert table[1].split()[:3] == ["gpu-bad", "0", "NVIDIA"] and "enabled" in table[1]
-    assert table[1].split()[-3:] == ["all-3g", "inventory", "failed"]
+    assert table[1].split()[-6:] == ["all-3g", "inventory", "failed,", "MIG-ready", "no",
+                                     "(MIGReconfigureFailed)"]
     assert table[2].split()[:2] == ["gpu-good", "0"] and "disabled" in table[2]
     assert table[2].split()[-3:] == ["custom", "inventory", "unset"]
     assert "gpu-good         0    NVIDIA A30" in facts.stdout

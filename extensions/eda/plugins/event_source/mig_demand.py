@@ -131,16 +131,7 @@ def _import_demand():
 demand = _import_demand()
 
 
-def _client(args):
-    from kubernetes import client, config
-
-    kubeconfig = (args.get("kubeconfig") or os.environ.get("K8S_AUTH_KUBECONFIG")
-                  or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config"))
-    if os.path.exists(kubeconfig):
-        return config.new_client_from_config(config_file=kubeconfig, context=args.get("context"))
-    config.load_incluster_config()
-    return client.ApiClient()
-
+_client = demand.api_client
 
 # What the messages call each kind.
 _WHAT = {demand.PODS: "pods", demand.CLAIMS: "ResourceClaims", demand.WORKLOADS: "Kueue Workloads"}
