@@ -39,8 +39,9 @@ write_stages() {
   local stages f
   command -v go >/dev/null || { echo "control-plane: no 'go' command on PATH" >&2; exit 2; }
   stages=$(cd "$mods/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage
-  for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
-           pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+  for f in node/fast/node-initialize.yaml \
+           node/heartbeat-with-lease/node-heartbeat-with-lease.yaml pod/fast/pod-ready.yaml \
+           pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
     [ -f "$stages/$f" ] || { echo "control-plane: kwok $KWOK has no stage $f" >&2; exit 2; }
     printf -- '---\n'; cat "$stages/$f"
   done > "$1.tmp" && mv "$1.tmp" "$1"
@@ -62,7 +63,8 @@ dir=$cache/k8s-$K8S-etcd-$ETCD-kwok-$KWOK-$key
 if complete "$dir"; then echo "$dir"; exit 0; fi
 [ "${1:-}" = --check ] && exit 1
 
-command -v go >/dev/null || { echo "control-plane: no 'go' command on PATH (Go 1.26 or later)" >&2; exit 2; }
+command -v go >/dev/null || {
+  echo "control-plane: no 'go' command on PATH (Go 1.26 or later)" >&2; exit 2; }
 mkdir -p "$dir.tmp"
 start=$(date +%s)
 step() { echo "control-plane: [$(( $(date +%s) - start ))s] $*" >&2; }
@@ -77,7 +79,8 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 
 step "etcd $ETCD (1 of 3)"
-(cd "$mods/etcd" && go build -trimpath -o "$dir.tmp/etcd" -ldflags "-s -w" go.etcd.io/etcd/server/v3)
+(cd "$mods/etcd" && go build -trimpath -o "$dir.tmp/etcd" -ldflags "-s -w" \
+  go.etcd.io/etcd/server/v3)
 step "kwok $KWOK (2 of 3)"
 (cd "$mods/kwok" && go build -trimpath -o "$dir.tmp/kwok" \
   -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK#v}" sigs.k8s.io/kwok/cmd/kwok)
@@ -85,8 +88,9 @@ write_stages "$dir.tmp/kwok-stages.yaml"
 step "kubernetes $K8S: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (3 of 3;" \
   "about 25 minutes cold on 2 cores)"
 (cd "$mods/kubernetes" && go build -trimpath -pgo=off -tags selinux,notest -o "$dir.tmp/" \
-  -ldflags "$stamp" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
+  -ldflags "$stamp" k8s.io/kubernetes/cmd/kube-apiserver \
+  k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler \
+  k8s.io/kubernetes/cmd/kubectl)
 rm -rf "$dir" && mv "$dir.tmp" "$dir"
 step "done: $(du -sh "$dir" | cut -f1) in $dir"
 echo "$dir"

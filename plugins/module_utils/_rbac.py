@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-# Copyright: contributors to gpuops.mig
+# Copyright: Contributors to the gpuops.mig collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The Kubernetes access a rollout needs, and the check that the run's identity has it.
 
@@ -31,7 +31,9 @@ ROLLOUT: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 EVENT_NAMESPACE = "default"
 
 
-def reviews(rules: Iterable[tuple[str, str, Sequence[str]]], lease_namespace: str) -> list[dict[str, Any]]:
+def reviews(
+    rules: Iterable[tuple[str, str, Sequence[str]]], lease_namespace: str
+) -> list[dict[str, Any]]:
     """The SelfSubjectAccessReview bodies for `rules` (leases in `lease_namespace`, events in
     the namespace the collection writes them to, the rest in every namespace)."""
     out = []
@@ -44,8 +46,13 @@ def reviews(rules: Iterable[tuple[str, str, Sequence[str]]], lease_namespace: st
                 attributes["subresource"] = sub
             if namespace:
                 attributes["namespace"] = namespace
-            out.append({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-                        "spec": {"resourceAttributes": attributes}})
+            out.append(
+                {
+                    "apiVersion": "authorization.k8s.io/v1",
+                    "kind": "SelfSubjectAccessReview",
+                    "spec": {"resourceAttributes": attributes},
+                }
+            )
     return out
 
 
@@ -70,5 +77,7 @@ def missing(create: Callable[[dict[str, Any]], dict[str, Any]], lease_namespace:
 
 def message(gaps: Sequence[str]) -> str:
     """What a node whose rollout stops for `gaps` says (after its name)."""
-    return (f"this run's Kubernetes identity may not {'; '.join(gaps)}. A rollout needs what "
-            "rbac/rollout.yml grants (docs/rbac.md). Nothing was changed.")
+    return (
+        f"this run's Kubernetes identity may not {'; '.join(gaps)}. A rollout needs what "
+        "rbac/rollout.yml grants (docs/rbac.md). Nothing was changed."
+    )

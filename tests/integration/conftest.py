@@ -12,8 +12,8 @@ worker, reset between tests:
 `kube_api` and `kube_env` are the emulator in tests/support/kubeapi, for the tests not moved yet:
 
     def test_drain(kube_api, kube_env):
-        kube_api.seed(seed.node("gpu-1"), seed.pod("web-1", node="gpu-1", owner=("ReplicaSet", "web")))
-        subprocess.run([...ansible-playbook...], env=kube_env)   # clients find the API via KUBECONFIG
+        kube_api.seed(seed.node("gpu-1"), seed.pod("web-1", node="gpu-1"))
+        subprocess.run([...ansible-playbook...], env=kube_env)   # KUBECONFIG finds the API
         assert kube_api.find("Pod", "web-1") is None
 """
 

@@ -30,15 +30,21 @@ def fake_bin(tmp_path, real_bin, **scripts):
 
 
 def test_a_missing_binary_is_named(tmp_path, real_bin):
-    plane = ControlPlane(str(tmp_path / "w"), bin_dir=fake_bin(tmp_path, real_bin, kube_scheduler=""))
-    with pytest.raises(ControlPlaneError, match="kube-scheduler is missing from .*scripts/control-plane.sh"):
+    plane = ControlPlane(
+        str(tmp_path / "w"), bin_dir=fake_bin(tmp_path, real_bin, kube_scheduler="")
+    )
+    with pytest.raises(
+        ControlPlaneError, match="kube-scheduler is missing from .*scripts/control-plane.sh"
+    ):
         plane.start()
 
 
 def test_a_binary_of_another_version_is_refused(tmp_path, real_bin):
     bin_dir = fake_bin(tmp_path, real_bin, **{"kube-apiserver": "echo Kubernetes v1.30.0"})
-    with pytest.raises(ControlPlaneError, match=r"kube-apiserver in .* is not v1\.37\.2 \(it says: "
-                                                r"'Kubernetes v1\.30\.0'\)"):
+    with pytest.raises(
+        ControlPlaneError,
+        match=r"kube-apiserver in .* is not v1\.37\.2 \(it says: " r"'Kubernetes v1\.30\.0'\)",
+    ):
         ControlPlane(str(tmp_path / "w"), bin_dir=bin_dir).start()
 
 
@@ -48,7 +54,9 @@ def test_a_taken_port_is_refused(tmp_path, real_bin):
         s.listen()
         port = s.getsockname()[1]
         plane = ControlPlane(str(tmp_path / "w"), bin_dir=real_bin, ports={"apiserver": port})
-        with pytest.raises(ControlPlaneError, match=f"apiserver: port {port} on 127.0.0.1 is taken"):
+        with pytest.raises(
+            ControlPlaneError, match=f"apiserver: port {port} on 127.0.0.1 is taken"
+        ):
             plane.start()
 
 
@@ -56,15 +64,24 @@ def test_an_unusable_etcd_data_directory_is_refused(tmp_path, real_bin):
     work = tmp_path / "w"
     work.mkdir()
     (work / "etcd").write_text("not a directory")
-    with pytest.raises(ControlPlaneError, match="etcd's data directory under .* is unusable: .*etcd "
-                                                "exists and is not a directory"):
+    with pytest.raises(
+        ControlPlaneError,
+        match="etcd's data directory under .* is unusable: .*etcd "
+        "exists and is not a directory",
+    ):
         ControlPlane(str(work), bin_dir=real_bin).start()
 
 
 def test_a_part_that_dies_while_starting_is_reported_and_the_others_stopped(tmp_path, real_bin):
     version = "echo Kubernetes v1.37.2"
-    bin_dir = fake_bin(tmp_path, real_bin, **{
-        "kube-apiserver": f'case "$1" in --version) {version};; *) echo "bad flag --nope" >&2; exit 3;; esac'})
+    bin_dir = fake_bin(
+        tmp_path,
+        real_bin,
+        **{
+            "kube-apiserver": f'case "$1" in --version) {version};; '
+            '*) echo "bad flag --nope" >&2; exit 3;; esac'
+        },
+    )
     plane = ControlPlane(str(tmp_path / "w"), bin_dir=bin_dir)
     started = []
     spawn = plane._spawn
@@ -73,9 +90,13 @@ def test_a_part_that_dies_while_starting_is_reported_and_the_others_stopped(tmp_
         proc = spawn(name, args)
         started.append(proc)
         return proc
+
     plane._spawn = recording_spawn
-    with pytest.raises(ControlPlaneError, match=r"kube-apiserver exited with 3 while starting; its log "
-                                                r"\(.*kube-apiserver.log\) ends:\s+bad flag --nope"):
+    with pytest.raises(
+        ControlPlaneError,
+        match=r"kube-apiserver exited with 3 while starting; its log "
+        r"\(.*kube-apiserver.log\) ends:\s+bad flag --nope",
+    ):
         plane.start()
     assert len(started) == 2 and all(p.poll() is not None for p in started)  # etcd was stopped too
 
@@ -84,7 +105,13 @@ def test_a_cluster_starts_reports_its_version_and_stops(tmp_path, real_bin):
     with ControlPlane(str(tmp_path / "w"), bin_dir=real_bin) as plane:
         procs = [p for _, p, _ in plane.procs]
         assert len(procs) == 5 and all(p.poll() is None for p in procs)
-        assert set(plane.timings) >= {"etcd", "kube-apiserver", "kube-controller-manager",
-                                      "kube-scheduler", "kwok", "total"}
+        assert set(plane.timings) >= {
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "kwok",
+            "total",
+        }
         assert plane._https(plane.ports["apiserver"], "/version") == 200
     assert all(p.poll() is not None for p in procs)

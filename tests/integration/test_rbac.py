@@ -24,23 +24,36 @@ def without(manifest, resource, verb, path):
     return str(path)
 
 
-def test_a_missing_rule_stops_the_rollout_before_any_change_naming_verb_and_resource(cluster, tmp_path):
+def test_a_missing_rule_stops_the_rollout_before_any_change_naming_verb_and_resource(
+    cluster, tmp_path
+):
     role = without(ROLLOUT_RBAC[0], "pods/eviction", "create", tmp_path / "rollout.yml")
-    kubeconfig = cluster.service_account_kubeconfig(tmp_path / "sa.kubeconfig", "short",
-                                                    [role] + ROLLOUT_RBAC[1:])
-    fleet = Fleet(tmp_path, cluster, client_env(kubeconfig, tmp_path, cluster.control_plane.bin_dir))
-    fleet.add("node-r", "1xA100-SXM4-40GB", mig_node_layouts=[{"gpus": "all", "devices": {"3g.20gb": 2}}])
+    kubeconfig = cluster.service_account_kubeconfig(
+        tmp_path / "sa.kubeconfig", "short", [role] + ROLLOUT_RBAC[1:]
+    )
+    fleet = Fleet(
+        tmp_path, cluster, client_env(kubeconfig, tmp_path, cluster.control_plane.bin_dir)
+    )
+    fleet.add(
+        "node-r", "1xA100-SXM4-40GB", mig_node_layouts=[{"gpus": "all", "devices": {"3g.20gb": 2}}]
+    )
     cluster.seed(seed.pod("web-0", node="node-r", owner=("ReplicaSet", "web-1")))
     before = fleet.digest("node-r")
 
     proc = fleet.run("tests/integration/playbooks/mig_node.yml")
     assert proc.recap["node-r"]["failed"] == 1, output(proc)
-    assert "node-r: this run's Kubernetes identity may not create pods/eviction. A rollout needs " \
-           "what rbac/rollout.yml grants (docs/rbac.md). Nothing was changed." in proc.stdout, output(proc)
+    assert (
+        "node-r: this run's Kubernetes identity may not create pods/eviction. A rollout needs "
+        "what rbac/rollout.yml grants (docs/rbac.md). Nothing was changed." in proc.stdout
+    ), output(proc)
     node = cluster.get("Node", "node-r")
     assert not node["spec"].get("unschedulable") and STATE not in node["metadata"]["labels"]
     assert fleet.digest("node-r") == before
-    writes = [r for r in cluster.requests if r.method in ("PATCH", "PUT", "DELETE")
-              or (r.method == "POST" and "accessreviews" not in r.path)]
+    writes = [
+        r
+        for r in cluster.requests
+        if r.method in ("PATCH", "PUT", "DELETE")
+        or (r.method == "POST" and "accessreviews" not in r.path)
+    ]
     assert writes == [], writes
     assert os.path.exists(kubeconfig)

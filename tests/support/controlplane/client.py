@@ -31,7 +31,7 @@ SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
 class ApiError(Exception):
-    """An answer of the API server that is not a success (code, reason, message as it sent them)."""
+    """An answer of the API server that is not a success (code, reason, message as sent)."""
 
     def __init__(self, code: int, reason: str, message: str, details: dict | None = None):
         super().__init__(message)
@@ -41,8 +41,15 @@ class ApiError(Exception):
         self.details = details
 
     def status(self) -> dict:
-        body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                "message": self.message, "reason": self.reason, "code": self.code}
+        body = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
         if self.details:
             body["details"] = self.details
         return body
@@ -50,12 +57,14 @@ class ApiError(Exception):
 
 def _error(exc: dyn_errors.DynamicApiError) -> ApiError:
     import json  # pylint: disable=import-outside-toplevel
+
     try:
         body = json.loads(exc.body)
     except (TypeError, ValueError):
         body = {}
-    return ApiError(exc.status, body.get("reason", ""), body.get("message", str(exc.body)),
-                    body.get("details"))
+    return ApiError(
+        exc.status, body.get("reason", ""), body.get("message", str(exc.body)), body.get("details")
+    )
 
 
 class Client:
@@ -66,7 +75,9 @@ class Client:
         self.timeout = timeout
         configuration = api_client.Configuration()
         kube_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-        configuration.retries = urllib3.Retry(total=3, connect=3, read=0, status=0, backoff_factor=0.2)
+        configuration.retries = urllib3.Retry(
+            total=3, connect=3, read=0, status=0, backoff_factor=0.2
+        )
         self.api = api_client.ApiClient(configuration)
         self.dyn = _Requests(self.api)
         self._discovery_lock = threading.Lock()
@@ -86,11 +97,13 @@ class Client:
                 if attempt or self._kinds is None:
                     self._kinds = self._discover()
                 found = self._kinds.get((kind, api_version)) or (
-                    None if api_version else self._kinds.get((kind, None)))
+                    None if api_version else self._kinds.get((kind, None))
+                )
             if found is not None:
                 return found
-        raise ApiError(404, "NotFound", f'no matches for kind "{kind}" in '
-                                        f'{api_version or "any version"}')
+        raise ApiError(
+            404, "NotFound", f'no matches for kind "{kind}" in ' f'{api_version or "any version"}'
+        )
 
     def _discover(self) -> dict:
         out: dict = {}
@@ -98,7 +111,9 @@ class Client:
         for group in self._call("get", "/apis").get("groups") or []:
             preferred = (group.get("preferredVersion") or {}).get("version")
             ordered = sorted(group.get("versions") or [], key=lambda v: v["version"] != preferred)
-            versions += [(group["name"], v["version"], f"/apis/{v['groupVersion']}") for v in ordered]
+            versions += [
+                (group["name"], v["version"], f"/apis/{v['groupVersion']}") for v in ordered
+            ]
         for group, version, path in versions:
             try:
                 listed = self._call("get", path).get("resources") or []
@@ -112,8 +127,14 @@ class Client:
             for item in listed:
                 if "/" in item["name"]:
                     continue
-                res = Resource(item["kind"], group, version, item["name"], item["namespaced"],
-                               frozenset(subresources.get(item["name"], ())))
+                res = Resource(
+                    item["kind"],
+                    group,
+                    version,
+                    item["name"],
+                    item["namespaced"],
+                    frozenset(subresources.get(item["name"], ())),
+                )
                 out.setdefault((item["kind"], res.group_version), res)
                 out.setdefault((item["kind"], None), res)  # the first group wins a bare kind
         return out
@@ -139,8 +160,13 @@ class Client:
 
     def create(self, obj: dict) -> dict:
         meta = obj.get("metadata") or {}
-        return self._call("post", self.path(obj["kind"], namespace=meta.get("namespace"),
-                                             api_version=obj.get("apiVersion")), body=obj)
+        return self._call(
+            "post",
+            self.path(
+                obj["kind"], namespace=meta.get("namespace"), api_version=obj.get("apiVersion")
+            ),
+            body=obj,
+        )
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict:
         return self._call("get", self.path(kind, name, namespace))
@@ -154,8 +180,13 @@ class Client:
                 return None
             raise
 
-    def list(self, kind: str, namespace: str | None = None, label_selector: str = "",
-             field_selector: str = "") -> list:
+    def list(
+        self,
+        kind: str,
+        namespace: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> list:
         """Objects of a kind; namespace None lists every namespace."""
         res = self.resource(kind)
         path = res.path(namespace=namespace) if res.namespaced and namespace else res.path()
@@ -170,15 +201,31 @@ class Client:
             item.setdefault("apiVersion", res.group_version)
         return items
 
-    def patch(self, kind: str, name: str, body, namespace: str | None = None,
-              patch_type: str = "merge", subresource: str | None = None) -> dict:
-        return self._call("patch", self.path(kind, name, namespace, subresource), body=body,
-                          content_type=PATCH_TYPES[patch_type])
+    def patch(
+        self,
+        kind: str,
+        name: str,
+        body,
+        namespace: str | None = None,
+        patch_type: str = "merge",
+        subresource: str | None = None,
+    ) -> dict:
+        return self._call(
+            "patch",
+            self.path(kind, name, namespace, subresource),
+            body=body,
+            content_type=PATCH_TYPES[patch_type],
+        )
 
     def replace(self, obj: dict) -> dict:
         meta = obj["metadata"]
-        return self._call("put", self.path(obj["kind"], meta["name"], meta.get("namespace"),
-                                           api_version=obj.get("apiVersion")), body=obj)
+        return self._call(
+            "put",
+            self.path(
+                obj["kind"], meta["name"], meta.get("namespace"), api_version=obj.get("apiVersion")
+            ),
+            body=obj,
+        )
 
     def set_status(self, kind: str, name: str, status: dict, namespace: str | None = None) -> dict:
         """Replace an object's status through /status, as a controller does; no write when it is
@@ -186,17 +233,27 @@ class Client:
         current = self.get(kind, name, namespace)
         if current.get("status") == status:
             return current
-        return self.patch(kind, name, [{"op": "add", "path": "/status", "value": status}], namespace,
-                          "json", subresource="status")
+        return self.patch(
+            kind,
+            name,
+            [{"op": "add", "path": "/status", "value": status}],
+            namespace,
+            "json",
+            subresource="status",
+        )
 
-    def delete(self, kind: str, name: str, namespace: str | None = None,
-               grace_period: int | None = None) -> dict:
+    def delete(
+        self, kind: str, name: str, namespace: str | None = None, grace_period: int | None = None
+    ) -> dict:
         params = {} if grace_period is None else {"grace_period_seconds": grace_period}
         return self._call("delete", self.path(kind, name, namespace), **params)
 
     def evict(self, name: str, namespace: str = "default") -> dict:
-        body = {"apiVersion": "policy/v1", "kind": "Eviction",
-                "metadata": {"name": name, "namespace": namespace}}
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
         return self._call("post", self.path("Pod", name, namespace, "eviction"), body=body)
 
     # ----- test helpers ----------------------------------------------------------------------
@@ -206,12 +263,16 @@ class Client:
         ServiceAccount admission plugin refuses pods until kube-controller-manager made it)."""
         if self.find("Namespace", namespace) is None:
             try:
-                self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+                self.create(
+                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+                )
             except ApiError as exc:
                 if exc.code != 409:
                     raise
-        self.wait_for(lambda: self.find("ServiceAccount", "default", namespace) is not None,
-                      f"the default ServiceAccount of namespace {namespace}")
+        self.wait_for(
+            lambda: self.find("ServiceAccount", "default", namespace) is not None,
+            f"the default ServiceAccount of namespace {namespace}",
+        )
 
     def seed(self, *objs: dict, wait: bool = True) -> list:
         """Creates objects (or replaces existing ones), creating missing namespaces first. What a
@@ -239,21 +300,34 @@ class Client:
             self._seed_one(_replica_set(namespace, name, pods))
         if owners and wait:
             for made in out:
-                if made.get("kind") == "Pod" and SEEDED_OWNER in made["metadata"].get("labels", {}):
+                if made.get("kind") == "Pod" and SEEDED_OWNER in made["metadata"].get(
+                    "labels", {}
+                ):
                     meta = made["metadata"]
-                    self.wait_for(lambda m=meta: self.get("Pod", m["name"], m["namespace"])[
-                        "metadata"].get("ownerReferences"), f"pod {meta['name']} adopted")
+                    self.wait_for(
+                        lambda m=meta: self.get("Pod", m["name"], m["namespace"])["metadata"].get(
+                            "ownerReferences"
+                        ),
+                        f"pod {meta['name']} adopted",
+                    )
         if wait:
             for made in out:
                 if made.get("kind") == "Node":
                     self.wait_node_ready(made["metadata"]["name"])
-                if made.get("kind") == "Pod" and (made.get("spec") or {}).get("nodeName") \
-                        and not (made.get("status") or {}).get("phase") in ("Running", "Succeeded",
-                                                                            "Failed"):
+                if (
+                    made.get("kind") == "Pod"
+                    and (made.get("spec") or {}).get("nodeName")
+                    and not (made.get("status") or {}).get("phase")
+                    in ("Running", "Succeeded", "Failed")
+                ):
                     meta = made["metadata"]
-                    self.wait_for(lambda m=meta: (self.get("Pod", m["name"], m["namespace"])
-                                                  .get("status") or {}).get("phase") == "Running",
-                                  f"pod {meta['namespace']}/{meta['name']} Running")
+                    self.wait_for(
+                        lambda m=meta: (
+                            self.get("Pod", m["name"], m["namespace"]).get("status") or {}
+                        ).get("phase")
+                        == "Running",
+                        f"pod {meta['namespace']}/{meta['name']} Running",
+                    )
         return out
 
     def _seed_one(self, obj: dict) -> dict:
@@ -267,16 +341,24 @@ class Client:
             # kwok reports the conditions (Ready, heartbeats), as a kubelet would.
             obj = dict(obj, status={k: v for k, v in status.items() if k != "conditions"})
             status = None
-        existing = self.find(obj["kind"], meta["name"], meta.get("namespace")) \
-            if meta.get("name") else None
+        existing = (
+            self.find(obj["kind"], meta["name"], meta.get("namespace"))
+            if meta.get("name")
+            else None
+        )
         if existing is not None:
-            made = self.replace(dict(obj, metadata=dict(
-                meta, resourceVersion=existing["metadata"]["resourceVersion"])))
+            made = self.replace(
+                dict(
+                    obj,
+                    metadata=dict(meta, resourceVersion=existing["metadata"]["resourceVersion"]),
+                )
+            )
         else:
             made = self.create(obj)
         if status and "status" in _subresources(res):
-            made = self.set_status(obj["kind"], made["metadata"]["name"], status,
-                                   made["metadata"].get("namespace"))
+            made = self.set_status(
+                obj["kind"], made["metadata"]["name"], status, made["metadata"].get("namespace")
+            )
         if obj["kind"] == "CustomResourceDefinition":
             self.wait_crd_established(made["metadata"]["name"])
         return made
@@ -284,23 +366,34 @@ class Client:
     def wait_crd_established(self, name: str) -> None:
         """A new CRD serves its kind only once Established (asynchronous on a real server);
         waits for that, then forgets discovery so the kind resolves."""
-        self.wait_for(lambda: any(
-            c.get("type") == "Established" and c.get("status") == "True"
-            for c in (self.get("CustomResourceDefinition", name).get("status") or {})
-            .get("conditions") or []), f"CRD {name} Established")
+        self.wait_for(
+            lambda: any(
+                c.get("type") == "Established" and c.get("status") == "True"
+                for c in (self.get("CustomResourceDefinition", name).get("status") or {}).get(
+                    "conditions"
+                )
+                or []
+            ),
+            f"CRD {name} Established",
+        )
         with self._discovery_lock:
             self._kinds = None
 
     def wait_node_ready(self, name: str, timeout: float = 30.0) -> dict:
         """Waits until kwok reports the node Ready and the node lifecycle controller lifted the
         not-ready taint the API server put on it (TaintNodesByCondition)."""
+
         def ready():
             node = self.get("Node", name)
             conditions = (node.get("status") or {}).get("conditions") or []
             taints = (node.get("spec") or {}).get("taints") or []
-            return node if any(c.get("type") == "Ready" and c.get("status") == "True"
-                               for c in conditions) and not any(
-                t.get("key") == "node.kubernetes.io/not-ready" for t in taints) else None
+            return (
+                node
+                if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+                and not any(t.get("key") == "node.kubernetes.io/not-ready" for t in taints)
+                else None
+            )
+
         return self.wait_for(ready, f"node {name} Ready", timeout)
 
     def wait_for(self, predicate, what: str, timeout: float = 30.0, interval: float = 0.1):
@@ -341,10 +434,16 @@ def _replica_set(namespace: str, name: str, pods: list) -> dict:
     pod = pods[0]
     labels = dict((pod["metadata"].get("labels") or {}), **{SEEDED_OWNER: name})
     spec = {k: v for k, v in pod["spec"].items() if k != "nodeName"}
-    return {"apiVersion": "apps/v1", "kind": "ReplicaSet",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"replicas": len(pods), "selector": {"matchLabels": {SEEDED_OWNER: name}},
-                     "template": {"metadata": {"labels": labels}, "spec": spec}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": len(pods),
+            "selector": {"matchLabels": {SEEDED_OWNER: name}},
+            "template": {"metadata": {"labels": labels}, "spec": spec},
+        },
+    }
 
 
 def _labelled_for(pod: dict, owner: str) -> dict:
@@ -356,12 +455,19 @@ def _labelled_for(pod: dict, owner: str) -> dict:
 
 def _scripted_budget(obj: dict) -> dict:
     spec = obj.get("spec") or {}
-    if obj.get("kind") != "PodDisruptionBudget" or "minAvailable" in spec \
-            or "maxUnavailable" in spec or "disruptionsAllowed" not in (obj.get("status") or {}):
+    if (
+        obj.get("kind") != "PodDisruptionBudget"
+        or "minAvailable" in spec
+        or "maxUnavailable" in spec
+        or "disruptionsAllowed" not in (obj.get("status") or {})
+    ):
         return obj
     allowed = obj["status"]["disruptionsAllowed"]
-    return {k: v for k, v in dict(obj, spec=dict(spec, maxUnavailable=allowed)).items()
-            if k != "status"}
+    return {
+        k: v
+        for k, v in dict(obj, spec=dict(spec, maxUnavailable=allowed)).items()
+        if k != "status"
+    }
 
 
 class Resource:

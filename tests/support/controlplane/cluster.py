@@ -29,12 +29,34 @@ EVICTION_EVENTS = {"evicted": 201, "eviction-refused": 429}
 # and namespaced ones in the system namespaces are deleted one by one when they were not there
 # at the start; namespaces a test made are deleted whole.
 RESET_KINDS = (
-    "Node", "CustomResourceDefinition", "ResourceSlice", "DeviceClass", "DeviceTaintRule",
-    "ClusterRole", "ClusterRoleBinding", "PriorityClass", "ValidatingAdmissionPolicy",
+    "Node",
+    "CustomResourceDefinition",
+    "ResourceSlice",
+    "DeviceClass",
+    "DeviceTaintRule",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "PriorityClass",
+    "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
-    "Pod", "DaemonSet", "Deployment", "ReplicaSet", "StatefulSet", "Job", "PodDisruptionBudget",
-    "ConfigMap", "Secret", "ServiceAccount", "Service", "Lease", "Event", "ResourceClaim",
-    "ResourceClaimTemplate", "Role", "RoleBinding", "ControllerRevision",
+    "Pod",
+    "DaemonSet",
+    "Deployment",
+    "ReplicaSet",
+    "StatefulSet",
+    "Job",
+    "PodDisruptionBudget",
+    "ConfigMap",
+    "Secret",
+    "ServiceAccount",
+    "Service",
+    "Lease",
+    "Event",
+    "ResourceClaim",
+    "ResourceClaimTemplate",
+    "Role",
+    "RoleBinding",
+    "ControllerRevision",
 )
 _ONCE_PER_SESSION = {"ServiceAccount": {"default"}, "ConfigMap": {"kube-root-ca.crt"}}
 
@@ -42,8 +64,17 @@ _ONCE_PER_SESSION = {"ServiceAccount": {"default"}, "ConfigMap": {"kube-root-ca.
 class RequestRecord:
     """One request from the audit log: verb, path (without the query), query, user, response
     code, and the HTTP method the verb stands for."""
-    METHOD = {"get": "GET", "list": "GET", "watch": "GET", "create": "POST", "update": "PUT",
-              "patch": "PATCH", "delete": "DELETE", "deletecollection": "DELETE"}
+
+    METHOD = {
+        "get": "GET",
+        "list": "GET",
+        "watch": "GET",
+        "create": "POST",
+        "update": "PUT",
+        "patch": "PATCH",
+        "delete": "DELETE",
+        "deletecollection": "DELETE",
+    }
 
     def __init__(self, entry: dict):
         uri = entry.get("requestURI", "")
@@ -94,8 +125,10 @@ class TestCluster(Client):
                         entry = json.loads(line)
                     except ValueError:
                         continue
-                    if entry.get("stage") == "ResponseComplete" and \
-                            (entry.get("user") or {}).get("username") != HARNESS_USER:
+                    if (
+                        entry.get("stage") == "ResponseComplete"
+                        and (entry.get("user") or {}).get("username") != HARNESS_USER
+                    ):
                         out.append(RequestRecord(entry))
         except OSError:
             pass
@@ -111,8 +144,10 @@ class TestCluster(Client):
             kind = "Pod"
             self._ensure_audit_follower()
         elif event not in EVENTS or kind is None:
-            raise ValueError(f"hooks take one of {EVENTS} and a kind, or one of "
-                             f"{tuple(EVICTION_EVENTS)}; not {event!r}, {kind!r}")
+            raise ValueError(
+                f"hooks take one of {EVENTS} and a kind, or one of "
+                f"{tuple(EVICTION_EVENTS)}; not {event!r}, {kind!r}"
+            )
         else:
             self._ensure_watch(kind)
         hook = (event, kind, callback)
@@ -124,8 +159,9 @@ class TestCluster(Client):
             return
         res = self.resource(kind)
         started = threading.Event()
-        thread = threading.Thread(target=self._watch, args=(kind, res, started), daemon=True,
-                                  name=f"watch-{kind}")
+        thread = threading.Thread(
+            target=self._watch, args=(kind, res, started), daemon=True, name=f"watch-{kind}"
+        )
         self._watches[kind] = thread
         thread.start()
         started.wait(10)
@@ -135,9 +171,15 @@ class TestCluster(Client):
         started.set()
         while not self._stopping.is_set():
             try:
-                stream = kube_watch.Watch().stream(self.dyn.request, "get", res.path(), watch=True,
-                                                   resource_version=version, timeout_seconds=30,
-                                                   serialize=False)
+                stream = kube_watch.Watch().stream(
+                    self.dyn.request,
+                    "get",
+                    res.path(),
+                    watch=True,
+                    resource_version=version,
+                    timeout_seconds=30,
+                    serialize=False,
+                )
                 for raw in stream:
                     if self._stopping.is_set():
                         return
@@ -153,8 +195,12 @@ class TestCluster(Client):
     def _ensure_audit_follower(self):
         if "audit" in self._watches:
             return
-        thread = threading.Thread(target=self._follow_audit, args=(self._audit_size(),),
-                                  daemon=True, name="audit-follower")
+        thread = threading.Thread(
+            target=self._follow_audit,
+            args=(self._audit_size(),),
+            daemon=True,
+            name="audit-follower",
+        )
         self._watches["audit"] = thread
         thread.start()
 
@@ -170,11 +216,17 @@ class TestCluster(Client):
                         offset += len(line)
                         record = RequestRecord(json.loads(line))
                         ref = record.resource
-                        if ref.get("subresource") == "eviction" and record.verb == "create" \
-                                and record.code in codes:
+                        if (
+                            ref.get("subresource") == "eviction"
+                            and record.verb == "create"
+                            and record.code in codes
+                        ):
                             pod = self.find("Pod", ref.get("name"), ref.get("namespace")) or {
-                                "metadata": {"name": ref.get("name"),
-                                             "namespace": ref.get("namespace")}}
+                                "metadata": {
+                                    "name": ref.get("name"),
+                                    "namespace": ref.get("namespace"),
+                                }
+                            }
                             self._fire(codes[record.code], "Pod", pod)
             except (OSError, ValueError):
                 pass
@@ -194,8 +246,10 @@ class TestCluster(Client):
         out = {}
         for kind in RESET_KINDS:
             try:
-                out[kind] = {(o["metadata"].get("namespace"), o["metadata"]["name"])
-                             for o in self.list(kind)}
+                out[kind] = {
+                    (o["metadata"].get("namespace"), o["metadata"]["name"])
+                    for o in self.list(kind)
+                }
             except ApiError:
                 out[kind] = set()
         out["Namespace"] = {(None, n["metadata"]["name"]) for n in self.list("Namespace")}
@@ -206,9 +260,11 @@ class TestCluster(Client):
         period), waits until it is gone, and forgets hooks, request records and errors."""
         self._hooks.clear()
         self.errors.clear()
-        new_namespaces = [name for _, name in ((None, n["metadata"]["name"]) for n in
-                                               self.list("Namespace"))
-                          if (None, name) not in self._baseline["Namespace"]]
+        new_namespaces = [
+            name
+            for _, name in ((None, n["metadata"]["name"]) for n in self.list("Namespace"))
+            if (None, name) not in self._baseline["Namespace"]
+        ]
         for name in new_namespaces:
             self._quietly(lambda n=name: self.delete("Namespace", n))
         leftovers = []
@@ -222,20 +278,30 @@ class TestCluster(Client):
                 key = (meta.get("namespace"), meta["name"])
                 if key in self._baseline.get(kind, ()) or meta.get("namespace") in new_namespaces:
                     continue
-                if meta.get("namespace") in SYSTEM_NAMESPACES and \
-                        meta["name"] in _ONCE_PER_SESSION.get(kind, ()):
+                if meta.get("namespace") in SYSTEM_NAMESPACES and meta[
+                    "name"
+                ] in _ONCE_PER_SESSION.get(kind, ()):
                     continue
                 if meta.get("finalizers") and kind != "CustomResourceDefinition":
-                    self._quietly(lambda k=kind, m=meta: self.patch(
-                        k, m["name"], {"metadata": {"finalizers": None}}, m.get("namespace")))
+                    self._quietly(
+                        lambda k=kind, m=meta: self.patch(
+                            k, m["name"], {"metadata": {"finalizers": None}}, m.get("namespace")
+                        )
+                    )
                 grace = 0 if kind == "Pod" else None
-                self._quietly(lambda k=kind, m=meta, g=grace: self.delete(
-                    k, m["name"], m.get("namespace"), grace_period=g))
+                self._quietly(
+                    lambda k=kind, m=meta, g=grace: self.delete(
+                        k, m["name"], m.get("namespace"), grace_period=g
+                    )
+                )
                 leftovers.append((kind, meta.get("namespace"), meta["name"]))
-        self.wait_for(lambda: all(self.find(k, n, ns) is None for k, ns, n in leftovers
-                                  if k != "Event")
-                      and not any(self.find("Namespace", n) for n in new_namespaces),
-                      "the objects of the last test to be deleted", timeout=120, interval=0.25)
+        self.wait_for(
+            lambda: all(self.find(k, n, ns) is None for k, ns, n in leftovers if k != "Event")
+            and not any(self.find("Namespace", n) for n in new_namespaces),
+            "the objects of the last test to be deleted",
+            timeout=120,
+            interval=0.25,
+        )
         self._audit_offset = self._audit_size()
 
     def _quietly(self, call):
@@ -245,28 +311,49 @@ class TestCluster(Client):
             if exc.code not in (404, 409):
                 raise
 
-    def service_account_kubeconfig(self, path, name: str, manifests: list,
-                                   namespace: str = "gpuops-mig") -> str:
+    def service_account_kubeconfig(
+        self, path, name: str, manifests: list, namespace: str = "gpuops-mig"
+    ) -> str:
         """A kubeconfig for a new ServiceAccount bound to the ClusterRoles in `manifests` (files
         of rbac/) and nothing else: the identity a least-privilege test runs the collection as."""
         import yaml  # pylint: disable=import-outside-toplevel
+
         self.ensure_namespace(namespace)
-        self.seed({"apiVersion": "v1", "kind": "ServiceAccount",
-                   "metadata": {"name": name, "namespace": namespace}})
+        self.seed(
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": name, "namespace": namespace},
+            }
+        )
         for manifest in manifests:
             with open(manifest, encoding="utf-8") as f:
                 for role in [d for d in yaml.safe_load_all(f) if d]:
                     self.seed(role)
-                    self.seed({
-                        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                        "metadata": {"name": f"{role['metadata']['name']}-{namespace}-{name}"},
-                        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                    "name": role["metadata"]["name"]},
-                        "subjects": [{"kind": "ServiceAccount", "name": name,
-                                      "namespace": namespace}]})
-        token = self._call("post", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
-                           body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                                 "spec": {"expirationSeconds": 7200}})["status"]["token"]
+                    self.seed(
+                        {
+                            "apiVersion": "rbac.authorization.k8s.io/v1",
+                            "kind": "ClusterRoleBinding",
+                            "metadata": {"name": f"{role['metadata']['name']}-{namespace}-{name}"},
+                            "roleRef": {
+                                "apiGroup": "rbac.authorization.k8s.io",
+                                "kind": "ClusterRole",
+                                "name": role["metadata"]["name"],
+                            },
+                            "subjects": [
+                                {"kind": "ServiceAccount", "name": name, "namespace": namespace}
+                            ],
+                        }
+                    )
+        token = self._call(
+            "post",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+            body={
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": 7200},
+            },
+        )["status"]["token"]
         return self.control_plane.token_kubeconfig(str(path), token, name)
 
     def close(self):

@@ -29,10 +29,19 @@ import yaml
 
 from . import pki
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+ROOT = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+)
 BUILD_SCRIPT = os.path.join(ROOT, "scripts", "control-plane.sh")
 MODULES = os.path.dirname(os.path.abspath(__file__))
-BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok")
+BINARIES = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+    "kwok",
+)
 START_TIMEOUT = 90.0  # seconds; a cold start on 2 loaded cores takes about 10
 
 # kwok's stages: nodes Ready with lease heartbeats, bound pods Running, a pod with a
@@ -40,13 +49,20 @@ START_TIMEOUT = 90.0  # seconds; a cold start on 2 loaded cores takes about 10
 # Job's pod at once: the tests' pods run until they say otherwise.
 KWOK_STAGES = ("node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-delete")
 AUDIT_POLICY = {
-    "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
     "rules": [
         # The controllers' own traffic (leases, heartbeats, their list/watch) is noise to a test.
-        {"level": "None", "users": ["system:kube-scheduler", "system:kube-controller-manager",
-                                    "kwok"]},
-        {"level": "None", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}],
-         "namespaces": ["kube-node-lease", "kube-system"]},
+        {
+            "level": "None",
+            "users": ["system:kube-scheduler", "system:kube-controller-manager", "kwok"],
+        },
+        {
+            "level": "None",
+            "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}],
+            "namespaces": ["kube-node-lease", "kube-system"],
+        },
         {"level": "None", "verbs": ["watch"]},
         {"level": "Metadata"},
     ],
@@ -60,8 +76,11 @@ class ControlPlaneError(RuntimeError):
 def pinned_versions() -> dict:
     """The versions the Go modules in this folder pin: {"kubernetes": "v1.37.2", ...}."""
     out = {}
-    for name, module in (("kubernetes", "k8s.io/kubernetes"), ("etcd", "go.etcd.io/etcd/server/v3"),
-                         ("kwok", "sigs.k8s.io/kwok")):
+    for name, module in (
+        ("kubernetes", "k8s.io/kubernetes"),
+        ("etcd", "go.etcd.io/etcd/server/v3"),
+        ("kwok", "sigs.k8s.io/kwok"),
+    ):
         with open(os.path.join(MODULES, name, "go.mod"), encoding="utf-8") as f:
             found = re.search(rf"^require {re.escape(module)} (v\S+)$", f.read(), re.M)
         out[name] = found.group(1)
@@ -71,14 +90,16 @@ def pinned_versions() -> dict:
 def binaries_dir() -> str:
     """The directory that holds every binary: KUBEBUILDER_ASSETS where it is complete, else the
     build cache. Builds nothing: a missing build is an error that says how to make it."""
-    run = subprocess.run(["bash", BUILD_SCRIPT, "--check"], capture_output=True, text=True,
-                         check=False)
+    run = subprocess.run(
+        ["bash", BUILD_SCRIPT, "--check"], capture_output=True, text=True, check=False
+    )
     if run.returncode == 0:
         return run.stdout.strip().splitlines()[-1]
     raise ControlPlaneError(
         "the control plane is not built: run scripts/control-plane.sh (it builds etcd, "
         "kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok from the "
-        "pinned Go modules; about 25 minutes cold, then cached)" + _tail_text(run.stderr))
+        "pinned Go modules; about 25 minutes cold, then cached)" + _tail_text(run.stderr)
+    )
 
 
 def _tail_text(text: str, lines: int = 15) -> str:
@@ -103,15 +124,23 @@ def check_port(port: int, what: str) -> None:
         try:
             s.bind(("127.0.0.1", port))
         except OSError as exc:
-            raise ControlPlaneError(f"{what}: port {port} on 127.0.0.1 is taken ({exc.strerror}); "
-                                    "stop what holds it or leave the port to the launcher") from None
+            raise ControlPlaneError(
+                f"{what}: port {port} on 127.0.0.1 is taken ({exc.strerror}); "
+                "stop what holds it or leave the port to the launcher"
+            ) from None
 
 
 class ControlPlane:
     """One test cluster. `ports` may fix {"etcd", "apiserver"}; others are chosen free."""
 
-    def __init__(self, workdir: str, *, bin_dir: str | None = None, ports: dict | None = None,
-                 node_monitor_period: str = "1s"):
+    def __init__(
+        self,
+        workdir: str,
+        *,
+        bin_dir: str | None = None,
+        ports: dict | None = None,
+        node_monitor_period: str = "1s",
+    ):
         self.workdir = os.path.abspath(workdir)
         self.bin_dir = bin_dir
         self.ports = dict(ports or {})
@@ -168,8 +197,10 @@ class ControlPlane:
         for name in BINARIES:
             path = os.path.join(self.bin_dir, name)
             if not os.access(path, os.X_OK):
-                raise ControlPlaneError(f"{name} is missing from {self.bin_dir} (or not executable): "
-                                        "run scripts/control-plane.sh")
+                raise ControlPlaneError(
+                    f"{name} is missing from {self.bin_dir} (or not executable): "
+                    "run scripts/control-plane.sh"
+                )
         self._check_versions()
         for what in ("etcd", "apiserver"):
             if what in self.ports:
@@ -187,34 +218,50 @@ class ControlPlane:
                 pass
             os.unlink(probe)
         except OSError as exc:
-            raise ControlPlaneError(f"etcd's data directory under {self.workdir} is unusable: {exc}") \
-                from None
+            raise ControlPlaneError(
+                f"etcd's data directory under {self.workdir} is unusable: {exc}"
+            ) from None
         self.pki = pki.write(os.path.join(self.workdir, "pki"))
         for client in pki.CLIENTS:
-            self._write_kubeconfig(self._kubeconfig_of(client), {
-                "client-certificate": self.pki[f"{client}.crt"],
-                "client-key": self.pki[f"{client}.key"]}, client)
+            self._write_kubeconfig(
+                self._kubeconfig_of(client),
+                {
+                    "client-certificate": self.pki[f"{client}.crt"],
+                    "client-key": self.pki[f"{client}.key"],
+                },
+                client,
+            )
         with open(os.path.join(self.workdir, "audit-policy.yaml"), "w", encoding="utf-8") as f:
             yaml.safe_dump(AUDIT_POLICY, f)
 
     def _check_versions(self):
-        want = {"kube-apiserver": self.versions["kubernetes"], "kubectl": self.versions["kubernetes"],
-                "etcd": self.versions["etcd"]}
+        want = {
+            "kube-apiserver": self.versions["kubernetes"],
+            "kubectl": self.versions["kubernetes"],
+            "etcd": self.versions["etcd"],
+        }
         for name, version in want.items():
             args = [os.path.join(self.bin_dir, name)]
             args += ["version", "--client"] if name == "kubectl" else ["--version"]
             out = subprocess.run(args, capture_output=True, text=True, check=False, timeout=60)
             text = out.stdout + out.stderr
             if version.lstrip("v") not in text:
-                raise ControlPlaneError(f"{name} in {self.bin_dir} is not {version} (it says: "
-                                        f"{text.strip()[:200]!r}); run scripts/control-plane.sh")
+                raise ControlPlaneError(
+                    f"{name} in {self.bin_dir} is not {version} (it says: "
+                    f"{text.strip()[:200]!r}); run scripts/control-plane.sh"
+                )
 
     def _spawn(self, name: str, args: list) -> subprocess.Popen:
         log = os.path.join(self.workdir, f"{name}.log")
         with open(log, "ab") as out:
-            proc = subprocess.Popen([os.path.join(self.bin_dir, args[0])] + args[1:], stdout=out,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, preexec_fn=_die_with_parent)
+            proc = subprocess.Popen(
+                [os.path.join(self.bin_dir, args[0])] + args[1:],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
         self.procs.append((name, proc, log))
         return proc
 
@@ -222,8 +269,10 @@ class ControlPlane:
         began = time.monotonic()
         while True:
             if proc.poll() is not None:
-                raise ControlPlaneError(f"{name} exited with {proc.returncode} while starting; "
-                                        f"its log ({self._log(name)}) ends:{_tail_text(self._read_log(name))}")
+                raise ControlPlaneError(
+                    f"{name} exited with {proc.returncode} while starting; "
+                    f"its log ({self._log(name)}) ends:{_tail_text(self._read_log(name))}"
+                )
             try:
                 if ready():
                     self.timings[name] = round(time.monotonic() - began, 2)
@@ -231,8 +280,10 @@ class ControlPlane:
             except (OSError, ssl.SSLError, urllib.error.URLError, ValueError):
                 pass
             if time.monotonic() - began > timeout:
-                raise ControlPlaneError(f"{name} was not ready within {timeout:.0f} s; its log ends:"
-                                        f"{_tail_text(self._read_log(name))}")
+                raise ControlPlaneError(
+                    f"{name} was not ready within {timeout:.0f} s; its log ends:"
+                    f"{_tail_text(self._read_log(name))}"
+                )
             time.sleep(0.1)
 
     def _log(self, name):
@@ -248,40 +299,72 @@ class ControlPlane:
     def _start_etcd(self):
         client = f"http://127.0.0.1:{self.ports['etcd']}"
         peer = f"http://127.0.0.1:{self.ports['etcd-peer']}"
-        proc = self._spawn("etcd", [
-            "etcd", "--name=test", f"--data-dir={self.workdir}/etcd",
-            f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
-            f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster=test={peer}", "--unsafe-no-fsync", "--log-level=warn",
-            "--listen-metrics-urls=", "--quota-backend-bytes=2147483648"])
-        self._wait("etcd", proc, lambda: json.loads(
-            urllib.request.urlopen(f"{client}/health", timeout=2).read()).get("health") == "true")
+        proc = self._spawn(
+            "etcd",
+            [
+                "etcd",
+                "--name=test",
+                f"--data-dir={self.workdir}/etcd",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=test={peer}",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+                "--listen-metrics-urls=",
+                "--quota-backend-bytes=2147483648",
+            ],
+        )
+        self._wait(
+            "etcd",
+            proc,
+            lambda: json.loads(urllib.request.urlopen(f"{client}/health", timeout=2).read()).get(
+                "health"
+            )
+            == "true",
+        )
 
     def _https(self, port: int, path: str) -> int:
         ctx = ssl.create_default_context(cafile=self.pki["ca.crt"])
         if port != self.ports["apiserver"]:
             ctx = ssl._create_unverified_context()  # pylint: disable=protected-access
         ctx.load_cert_chain(self.pki["admin.crt"], self.pki["admin.key"])
-        with urllib.request.urlopen(f"https://127.0.0.1:{port}{path}", context=ctx, timeout=3) as r:
+        with urllib.request.urlopen(
+            f"https://127.0.0.1:{port}{path}", context=ctx, timeout=3
+        ) as r:
             return r.status
 
     def _start_apiserver(self):
         p = self.pki
         port = self.ports["apiserver"]
-        proc = self._spawn("kube-apiserver", [
-            "kube-apiserver", f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port}",
-            f"--tls-cert-file={p['apiserver.crt']}", f"--tls-private-key-file={p['apiserver.key']}",
-            f"--client-ca-file={p['ca.crt']}", f"--service-account-issuer=https://127.0.0.1:{port}",
-            f"--service-account-key-file={p['sa.pub']}",
-            f"--service-account-signing-key-file={p['sa.key']}",
-            "--service-cluster-ip-range=10.0.0.0/24", "--authorization-mode=RBAC",
-            "--allow-privileged=true", "--profiling=false", "--event-ttl=1h",
-            # the kubernetes Service cannot point at a loopback address (as envtest)
-            "--endpoint-reconciler-type=none",
-            f"--audit-policy-file={self.workdir}/audit-policy.yaml",
-            f"--audit-log-path={self.audit_log}", "--audit-log-maxsize=200",
-            f"--cert-dir={self.workdir}/pki"])
+        proc = self._spawn(
+            "kube-apiserver",
+            [
+                "kube-apiserver",
+                f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--tls-cert-file={p['apiserver.crt']}",
+                f"--tls-private-key-file={p['apiserver.key']}",
+                f"--client-ca-file={p['ca.crt']}",
+                f"--service-account-issuer=https://127.0.0.1:{port}",
+                f"--service-account-key-file={p['sa.pub']}",
+                f"--service-account-signing-key-file={p['sa.key']}",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--authorization-mode=RBAC",
+                "--allow-privileged=true",
+                "--profiling=false",
+                "--event-ttl=1h",
+                # the kubernetes Service cannot point at a loopback address (as envtest)
+                "--endpoint-reconciler-type=none",
+                f"--audit-policy-file={self.workdir}/audit-policy.yaml",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-maxsize=200",
+                f"--cert-dir={self.workdir}/pki",
+            ],
+        )
         self._wait("kube-apiserver", proc, lambda: self._https(port, "/readyz") == 200)
 
     def _kubeconfig_of(self, client: str) -> str:
@@ -290,41 +373,80 @@ class ControlPlane:
     def _start_controllers(self):
         def common(client):
             kc = self._kubeconfig_of(client)
-            return [f"--kubeconfig={kc}", "--leader-elect=false", "--bind-address=127.0.0.1",
-                    f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}"]
-        kcm = self._spawn("kube-controller-manager", [
-            "kube-controller-manager", *common("controller-manager"),
-            f"--secure-port={self.ports['controller-manager']}",
-            # every default controller: disruption, garbage collector, namespace, ReplicaSet,
-            # Deployment, DaemonSet, Job, ResourceClaim, device-taint eviction, and node lifecycle
-            # (it lifts node.kubernetes.io/not-ready once kwok reports the node Ready)
-            "--controllers=*", "--use-service-account-credentials=false",
-            f"--service-account-private-key-file={self.pki['sa.key']}",
-            f"--root-ca-file={self.pki['ca.crt']}",
-            f"--cluster-signing-cert-file={self.pki['ca.crt']}",
-            f"--cluster-signing-key-file={self.pki['ca.key']}",
-            f"--node-monitor-period={self.node_monitor_period}", "--concurrent-gc-syncs=5"])
-        sched = self._spawn("kube-scheduler", [
-            "kube-scheduler", *common("scheduler"), f"--secure-port={self.ports['scheduler']}"])
-        kwok = self._spawn("kwok", [
-            "kwok", f"--kubeconfig={self._kubeconfig_of('kwok')}", "--manage-all-nodes=true", f"--config={self._stages()}",
-            f"--server-address=127.0.0.1:{self.ports['kwok']}", "--node-lease-duration-seconds=40",
-            "--cidr=10.244.0.0/16", "--node-ip=10.255.0.1"])
-        self._wait("kube-controller-manager", kcm,
-                   lambda: self._https(self.ports["controller-manager"], "/healthz") == 200)
-        self._wait("kube-scheduler", sched, lambda: self._https(self.ports["scheduler"], "/healthz") == 200)
-        self._wait("kwok", kwok, lambda: urllib.request.urlopen(
-            f"http://127.0.0.1:{self.ports['kwok']}/healthz", timeout=2).status == 200)
+            return [
+                f"--kubeconfig={kc}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--authentication-kubeconfig={kc}",
+                f"--authorization-kubeconfig={kc}",
+            ]
+
+        kcm = self._spawn(
+            "kube-controller-manager",
+            [
+                "kube-controller-manager",
+                *common("controller-manager"),
+                f"--secure-port={self.ports['controller-manager']}",
+                # every default controller: disruption, garbage collector, namespace, ReplicaSet,
+                # Deployment, DaemonSet, Job, ResourceClaim, device-taint eviction, node lifecycle
+                # (it lifts node.kubernetes.io/not-ready once kwok reports the node Ready)
+                "--controllers=*",
+                "--use-service-account-credentials=false",
+                f"--service-account-private-key-file={self.pki['sa.key']}",
+                f"--root-ca-file={self.pki['ca.crt']}",
+                f"--cluster-signing-cert-file={self.pki['ca.crt']}",
+                f"--cluster-signing-key-file={self.pki['ca.key']}",
+                f"--node-monitor-period={self.node_monitor_period}",
+                "--concurrent-gc-syncs=5",
+            ],
+        )
+        sched = self._spawn(
+            "kube-scheduler",
+            ["kube-scheduler", *common("scheduler"), f"--secure-port={self.ports['scheduler']}"],
+        )
+        kwok = self._spawn(
+            "kwok",
+            [
+                "kwok",
+                f"--kubeconfig={self._kubeconfig_of('kwok')}",
+                "--manage-all-nodes=true",
+                f"--config={self._stages()}",
+                f"--server-address=127.0.0.1:{self.ports['kwok']}",
+                "--node-lease-duration-seconds=40",
+                "--cidr=10.244.0.0/16",
+                "--node-ip=10.255.0.1",
+            ],
+        )
+        self._wait(
+            "kube-controller-manager",
+            kcm,
+            lambda: self._https(self.ports["controller-manager"], "/healthz") == 200,
+        )
+        self._wait(
+            "kube-scheduler",
+            sched,
+            lambda: self._https(self.ports["scheduler"], "/healthz") == 200,
+        )
+        self._wait(
+            "kwok",
+            kwok,
+            lambda: urllib.request.urlopen(
+                f"http://127.0.0.1:{self.ports['kwok']}/healthz", timeout=2
+            ).status
+            == 200,
+        )
 
     def _stages(self) -> str:
         """kwok's stages this cluster runs, written into the work directory."""
         path = os.path.join(self.bin_dir, "kwok-stages.yaml")
         if not os.path.exists(path):
-            run = subprocess.run(["bash", BUILD_SCRIPT, "--stages"], capture_output=True, text=True,
-                                 check=False)
+            run = subprocess.run(
+                ["bash", BUILD_SCRIPT, "--stages"], capture_output=True, text=True, check=False
+            )
             if run.returncode:
-                raise ControlPlaneError("kwok's stage file could not be written:" +
-                                        _tail_text(run.stderr))
+                raise ControlPlaneError(
+                    "kwok's stage file could not be written:" + _tail_text(run.stderr)
+                )
             path = run.stdout.strip()
         with open(path, encoding="utf-8") as f:
             stages = {d["metadata"]["name"]: d for d in yaml.safe_load_all(f) if d}
@@ -340,9 +462,15 @@ class ControlPlane:
 
     def _write_kubeconfig(self, path: str, user: dict, name: str = "admin") -> str:
         config = {
-            "apiVersion": "v1", "kind": "Config", "current-context": name,
-            "clusters": [{"name": "test", "cluster": {"server": self.url,
-                                                      "certificate-authority": self.pki["ca.crt"]}}],
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": name,
+            "clusters": [
+                {
+                    "name": "test",
+                    "cluster": {"server": self.url, "certificate-authority": self.pki["ca.crt"]},
+                }
+            ],
             "users": [{"name": name, "user": user}],
             "contexts": [{"name": name, "context": {"cluster": "test", "user": name}}],
         }

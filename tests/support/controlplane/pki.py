@@ -19,9 +19,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 DAY = datetime.timedelta(days=1)
-CLIENTS = {"admin": "gpuops-mig-test-admin", "harness": "gpuops-mig-test-harness",
-           "kwok": "kwok", "controller-manager": "system:kube-controller-manager",
-           "scheduler": "system:kube-scheduler"}
+CLIENTS = {
+    "admin": "gpuops-mig-test-admin",
+    "harness": "gpuops-mig-test-harness",
+    "kwok": "kwok",
+    "controller-manager": "system:kube-controller-manager",
+    "scheduler": "system:kube-scheduler",
+}
 
 
 def _key():
@@ -30,8 +34,13 @@ def _key():
 
 def _write_key(path, key):
     with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
-        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                  serialization.NoEncryption()))
+        f.write(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
 
 
 def _write_cert(path, cert):
@@ -48,10 +57,16 @@ def _name(cn, org=None):
 
 def _sign(subject, key, issuer, issuer_key, *, ca=False, usage=None, sans=()):
     now = datetime.datetime.now(datetime.timezone.utc)
-    builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer)
-               .public_key(key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(now - DAY).not_valid_after(now + 30 * DAY)
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - DAY)
+        .not_valid_after(now + 30 * DAY)
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
     if usage:
         builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
     if sans:
@@ -62,8 +77,10 @@ def _sign(subject, key, issuer, issuer_key, *, ca=False, usage=None, sans=()):
 def write(directory: str) -> dict:
     """Writes the files into `directory`; returns their paths by name."""
     os.makedirs(directory, exist_ok=True)
-    paths = {name: os.path.join(directory, name) for name in (
-        "ca.crt", "ca.key", "apiserver.crt", "apiserver.key", "sa.key", "sa.pub")}
+    paths = {
+        name: os.path.join(directory, name)
+        for name in ("ca.crt", "ca.key", "apiserver.crt", "apiserver.key", "sa.key", "sa.pub")
+    }
     ca_key = _key()
     ca_name = _name("gpuops-mig-test-ca")
     ca = _sign(ca_name, ca_key, ca_name, ca_key, ca=True)
@@ -71,24 +88,46 @@ def write(directory: str) -> dict:
     _write_cert(paths["ca.crt"], ca)
 
     serving_key = _key()
-    sans = [x509.DNSName(n) for n in ("localhost", "kubernetes", "kubernetes.default",
-                                      "kubernetes.default.svc")]
+    sans = [
+        x509.DNSName(n)
+        for n in ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc")
+    ]
     sans += [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
     _write_key(paths["apiserver.key"], serving_key)
-    _write_cert(paths["apiserver.crt"], _sign(_name("kube-apiserver"), serving_key, ca_name, ca_key,
-                                              usage=ExtendedKeyUsageOID.SERVER_AUTH, sans=sans))
+    _write_cert(
+        paths["apiserver.crt"],
+        _sign(
+            _name("kube-apiserver"),
+            serving_key,
+            ca_name,
+            ca_key,
+            usage=ExtendedKeyUsageOID.SERVER_AUTH,
+            sans=sans,
+        ),
+    )
 
     for client, user in CLIENTS.items():
         key = _key()
         paths[f"{client}.key"] = os.path.join(directory, f"{client}.key")
         paths[f"{client}.crt"] = os.path.join(directory, f"{client}.crt")
         _write_key(paths[f"{client}.key"], key)
-        _write_cert(paths[f"{client}.crt"], _sign(_name(user, "system:masters"), key, ca_name,
-                                                  ca_key, usage=ExtendedKeyUsageOID.CLIENT_AUTH))
+        _write_cert(
+            paths[f"{client}.crt"],
+            _sign(
+                _name(user, "system:masters"),
+                key,
+                ca_name,
+                ca_key,
+                usage=ExtendedKeyUsageOID.CLIENT_AUTH,
+            ),
+        )
 
     sa_key = _key()
     _write_key(paths["sa.key"], sa_key)
     with open(paths["sa.pub"], "wb") as f:
-        f.write(sa_key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                 serialization.PublicFormat.SubjectPublicKeyInfo))
+        f.write(
+            sa_key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
     return paths

@@ -28,11 +28,26 @@ from .client import ApiError
 log = logging.getLogger(__name__)
 
 # What the stand-ins read; other kinds are read from the API server directly.
-CACHED_KINDS = ("Node", "Pod", "ConfigMap", "DaemonSet", "ResourceSlice", "ResourceClaim",
-                "ClusterPolicy", "GPUCluster")
-RECONCILERS = (operator.reconcile, gpucluster.reconcile, deviceplugin.reconcile,
-               allocations.reconcile, dra.reconcile, dynamic.reconcile, hami.reconcile,
-               migmanager.reconcile)
+CACHED_KINDS = (
+    "Node",
+    "Pod",
+    "ConfigMap",
+    "DaemonSet",
+    "ResourceSlice",
+    "ResourceClaim",
+    "ClusterPolicy",
+    "GPUCluster",
+)
+RECONCILERS = (
+    operator.reconcile,
+    gpucluster.reconcile,
+    deviceplugin.reconcile,
+    allocations.reconcile,
+    dra.reconcile,
+    dynamic.reconcile,
+    hami.reconcile,
+    migmanager.reconcile,
+)
 TICK = 0.5
 
 
@@ -41,7 +56,7 @@ class _Informer:
 
     def __init__(self, client, kind):
         self.client, self.kind = client, kind
-        self.objects: dict = {}   # (namespace, name) -> object
+        self.objects: dict = {}  # (namespace, name) -> object
         self.synced = threading.Event()
         self.available = True
 
@@ -58,16 +73,25 @@ class _Informer:
             self.available = True
             try:
                 listed = self.client._call("get", res.path())  # pylint: disable=protected-access
-                self.objects = {(o["metadata"].get("namespace"), o["metadata"]["name"]):
-                                dict(o, kind=self.kind, apiVersion=res.group_version)
-                                for o in listed.get("items") or []}
+                self.objects = {
+                    (o["metadata"].get("namespace"), o["metadata"]["name"]): dict(
+                        o, kind=self.kind, apiVersion=res.group_version
+                    )
+                    for o in listed.get("items") or []
+                }
                 version = listed["metadata"]["resourceVersion"]
                 self.synced.set()
                 changed.set()
-                stream = kube_watch.Watch().stream(self.client.dyn.request, "get", res.path(),
-                                                   watch=True, resource_version=version,
-                                                   timeout_seconds=60, serialize=False,
-                                                   allow_watch_bookmarks=True)
+                stream = kube_watch.Watch().stream(
+                    self.client.dyn.request,
+                    "get",
+                    res.path(),
+                    watch=True,
+                    resource_version=version,
+                    timeout_seconds=60,
+                    serialize=False,
+                    allow_watch_bookmarks=True,
+                )
                 for event in stream:
                     if stopping.is_set():
                         return
@@ -132,10 +156,14 @@ class View:
         labels = parse_label_selector(label_selector) if label_selector else None
         fields = parse_field_selector(field_selector) if field_selector else None
         out = []
-        for (ns, _), obj in sorted(informer.objects.items(), key=lambda kv: (kv[0][0] or "", kv[0][1])):
+        for (ns, _), obj in sorted(
+            informer.objects.items(), key=lambda kv: (kv[0][0] or "", kv[0][1])
+        ):
             if namespace and ns != namespace:
                 continue
-            if labels and not labels_match(labels, (obj.get("metadata") or {}).get("labels") or {}):
+            if labels and not labels_match(
+                labels, (obj.get("metadata") or {}).get("labels") or {}
+            ):
                 continue
             if fields and not fields_match(fields, obj):
                 continue
@@ -157,8 +185,11 @@ class View:
                 if exc.code == 404:
                     return None
                 raise
-        res_namespace = None if kind in ("Node", "ClusterPolicy", "GPUCluster", "ResourceSlice") \
+        res_namespace = (
+            None
+            if kind in ("Node", "ClusterPolicy", "GPUCluster", "ResourceSlice")
             else (namespace or "default")
+        )
         obj = informer.objects.get((res_namespace, name))
         return _copy(obj) if obj is not None else None
 
@@ -181,9 +212,17 @@ class View:
         current = self.find(kind, name, namespace)
         if current is not None and current.get("status") == status:
             return current
-        return self._wrote(kind, self.client.patch(
-            kind, name, [{"op": "add", "path": "/status", "value": status}], namespace, "json",
-            subresource="status"))
+        return self._wrote(
+            kind,
+            self.client.patch(
+                kind,
+                name,
+                [{"op": "add", "path": "/status", "value": status}],
+                namespace,
+                "json",
+                subresource="status",
+            ),
+        )
 
     def delete(self, kind, name, namespace=None):
         out = self.client.delete(kind, name, namespace)
@@ -195,6 +234,7 @@ class View:
 
 def _copy(obj):
     import copy  # pylint: disable=import-outside-toplevel
+
     return copy.deepcopy(obj)
 
 
@@ -214,7 +254,9 @@ class StandIns:
 
     def start(self, timeout: float = 30.0) -> "StandIns":
         for informer in self.informers.values():
-            self._spawn(informer.run, self._stopping, self._changed, name=f"informer-{informer.kind}")
+            self._spawn(
+                informer.run, self._stopping, self._changed, name=f"informer-{informer.kind}"
+            )
         deadline = time.monotonic() + timeout
         for informer in self.informers.values():
             informer.synced.wait(max(0.1, deadline - time.monotonic()))
@@ -241,7 +283,10 @@ class StandIns:
                 try:
                     reconcile(self.view)
                 except ApiError as exc:
-                    if exc.code not in (404, 409):  # a race with a test or another writer: next pass
+                    if exc.code not in (
+                        404,
+                        409,
+                    ):  # a race with a test or another writer: next pass
                         log.warning("stand-in %s: %s", reconcile.__module__, exc)
                 except Exception as exc:  # pylint: disable=broad-except
                     log.exception("stand-in %s failed", reconcile.__module__)
