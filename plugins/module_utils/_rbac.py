@@ -31,7 +31,9 @@ ROLLOUT: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 EVENT_NAMESPACE = "default"
 
 
-def reviews(rules: Iterable[tuple[str, str, Sequence[str]]], lease_namespace: str) -> list[dict[str, Any]]:
+def reviews(
+    rules: Iterable[tuple[str, str, Sequence[str]]], lease_namespace: str
+) -> list[dict[str, Any]]:
     """The SelfSubjectAccessReview bodies for `rules` (leases in `lease_namespace`, events in
     the namespace the collection writes them to, the rest in every namespace)."""
     out = []
