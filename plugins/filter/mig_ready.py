@@ -12,7 +12,8 @@ from ansible_collections.gpuops.mig.plugins.plugin_utils import _mig_ready as re
 
 
 def mig_ready_taint(text):
-    """The taint {key, value, effect} of 'key[=value]:effect', refused when Kubernetes would refuse it."""
+    """The taint {key, value, effect} of 'key[=value]:effect', refused when Kubernetes would refuse
+    it."""
     try:
         return ready.parse_taint(text)
     except ValueError as e:

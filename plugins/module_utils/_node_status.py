@@ -43,11 +43,12 @@ def removal_patch(node: Mapping[str, Any] | None, names: Iterable[str]
     return operations, removed, kept
 
 
-# -- the MIG-ready gate: a startup taint and a Node condition ---------------------------------------
+# -- the MIG-ready gate: a startup taint and a Node condition ------------------------------------
 #
-# A node registers with the startup taint (kubelet --register-with-taints, Karpenter startupTaints); the
-# collection lifts it only once the node's declared MIG layout is applied and advertised, and says why not
-# in the condition CONDITION_TYPE otherwise (gpuops.mig.mig_node_ready writes both).
+# A node registers with the startup taint (kubelet --register-with-taints, Karpenter
+# startupTaints); the collection lifts it only once the node's declared MIG layout is applied and
+# advertised, and says why not in the condition CONDITION_TYPE otherwise (gpuops.mig.mig_node_ready
+# writes both).
 
 CONDITION_TYPE = "gpuops.mig/MIGReady"
 DEFAULT_TAINT = "gpuops.mig/not-ready:NoSchedule"
@@ -61,9 +62,10 @@ class TaintError(ValueError):
 
 
 def parse_taint(text: Any, what: str = "gpuops_mig_ready_taint") -> dict[str, str]:
-    """{key, value, effect} of 'key[=value]:effect', checked as the API server checks a taint: the key
-    a qualified name (an optional DNS subdomain prefix of at most 253 characters, '/', a name of at most
-    63), the value a label value, the effect one of TAINT_EFFECTS. TaintError names ``what`` and why."""
+    """{key, value, effect} of 'key[=value]:effect', checked as the API server checks a taint: the
+    key a qualified name (an optional DNS subdomain prefix of at most 253 characters, '/', a name
+    of at most 63), the value a label value, the effect one of TAINT_EFFECTS. TaintError names
+    ``what`` and why."""
     import re
     if not isinstance(text, str) or ":" not in text:
         raise TaintError("%s: %r is not a taint; write key[=value]:effect, such as %s"
@@ -76,8 +78,8 @@ def parse_taint(text: Any, what: str = "gpuops_mig_ready_taint") -> dict[str, st
     prefix, _, name = key.rpartition("/")
     bad = None
     if not re.fullmatch(_NAME, name) or len(name) > 63:
-        bad = "its name %r must be at most 63 letters, digits, '-', '_' or '.', starting and ending " \
-              "with a letter or digit" % name
+        bad = "its name %r must be at most 63 letters, digits, '-', '_' or '.', starting and " \
+              "ending with a letter or digit" % name
     elif "/" in key and (len(prefix) > 253 or not all(
             re.fullmatch(_DNS_LABEL, part) for part in prefix.split("."))):
         bad = "its prefix %r must be a lowercase DNS subdomain" % prefix
@@ -96,9 +98,12 @@ def has_taint(node: Mapping[str, Any] | None, wanted: Mapping[str, str]) -> bool
     return any(_ours(t, wanted) for t in ((node or {}).get("spec") or {}).get("taints") or [])
 
 
-def taint_patch(node: Mapping[str, Any], wanted: Mapping[str, str], present: bool) -> list[dict[str, Any]]:
-    """The JSON patch that adds (present) or removes the taint, guarded by a test of the taints read:
-    a taint list changed in between makes the API server refuse it (422). [] when nothing changes."""
+def taint_patch(
+    node: Mapping[str, Any], wanted: Mapping[str, str], present: bool
+) -> list[dict[str, Any]]:
+    """The JSON patch that adds (present) or removes the taint, guarded by a test of the taints
+    read: a taint list changed in between makes the API server refuse it (422). [] when nothing
+    changes."""
     taints = list((node.get("spec") or {}).get("taints") or [])
     if has_taint(node, wanted) == present:
         return []
@@ -112,7 +117,9 @@ def taint_patch(node: Mapping[str, Any], wanted: Mapping[str, str], present: boo
             {"op": "replace", "path": "/spec/taints", "value": new}]
 
 
-def condition_of(node: Mapping[str, Any] | None, kind: str = CONDITION_TYPE) -> dict[str, Any] | None:
+def condition_of(
+    node: Mapping[str, Any] | None, kind: str = CONDITION_TYPE
+) -> dict[str, Any] | None:
     for condition in ((node or {}).get("status") or {}).get("conditions") or []:
         if condition.get("type") == kind:
             return dict(condition)
@@ -121,12 +128,15 @@ def condition_of(node: Mapping[str, Any] | None, kind: str = CONDITION_TYPE) -> 
 
 def condition_patch(node: Mapping[str, Any], ready: bool, reason: str, message: str, now: str
                     ) -> list[dict[str, Any]]:
-    """The JSON patch of the status subresource that sets the MIG-ready condition (the transition time
-    kept while the status stays), guarded by a test of the conditions read. [] when it already says so."""
+    """The JSON patch of the status subresource that sets the MIG-ready condition (the transition
+    time kept while the status stays), guarded by a test of the conditions read. [] when it already
+    says so."""
     conditions = list((node.get("status") or {}).get("conditions") or [])
     status = "True" if ready else "False"
     old = condition_of(node)
-    if old and (old.get("status"), old.get("reason"), old.get("message")) == (status, reason, message):
+    if old and (old.get("status"), old.get("reason"), old.get("message")) == (
+        status, reason, message
+    ):
         return []
     new = {"type": CONDITION_TYPE, "status": status, "reason": reason, "message": message,
            "lastHeartbeatTime": now,
@@ -142,14 +152,17 @@ def condition_patch(node: Mapping[str, Any], ready: bool, reason: str, message: 
 
 
 def basis_of(node: Mapping[str, Any] | None) -> str:
-    """A digest of what the MIG-ready decision reads from a Node (labels, annotations, the nvidia.com
-    resources it advertises, its taints): a lift decided on one read is refused once any has changed."""
+    """A digest of what the MIG-ready decision reads from a Node (labels, annotations, the
+    nvidia.com resources it advertises, its taints): a lift decided on one read is refused once any
+    has changed."""
     import hashlib
     import json
     node = node or {}
     meta = node.get("metadata") or {}
     allocatable = ((node.get("status") or {}).get("allocatable")) or {}
     seen = {"labels": meta.get("labels") or {}, "annotations": meta.get("annotations") or {},
-            "allocatable": dict((k, v) for k, v in allocatable.items() if k.startswith("nvidia.com/")),
+            "allocatable": dict(
+                (k, v) for k, v in allocatable.items() if k.startswith("nvidia.com/")
+            ),
             "taints": (node.get("spec") or {}).get("taints") or []}
     return hashlib.sha256(json.dumps(seen, sort_keys=True, default=str).encode()).hexdigest()[:16]

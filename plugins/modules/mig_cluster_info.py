@@ -187,7 +187,8 @@ leases:
   type: dict
 missing_access:
   description:
-    - With O(check_access), what the identity may not do, as C(verb resource.group[/sub] [in namespace]).
+    - With O(check_access), what the identity may not do, as
+      C(verb resource.group[/sub] [in namespace]).
   returned: when O(check_access)
   type: list
   elements: str

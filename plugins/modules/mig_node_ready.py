@@ -10,16 +10,18 @@ module: mig_node_ready
 short_description: Set a Node's MIG-ready condition, and lift or hold its MIG-ready startup taint
 version_added: 0.1.0
 description:
-  - Writes the verdict of P(gpuops.mig.mig_ready#filter) (or the rollout's) on a Node. The condition
-    C(gpuops.mig/MIGReady) (status, reason, message) goes to the C(status) subresource, so the Node
-    Readiness Controller or any other controller can act on it too.
-  - When the verdict is ready, the taint O(taint) is removed from C(spec.taints); when it is not, the taint
-    is kept, and added with O(hold) (what the rollout does before it changes a node). A taint is never
-    lifted on a verdict that is not ready.
-  - A lift is refused when the Node read now differs from the one the verdict was decided on (its labels,
-    annotations, C(nvidia.com/) resources or taints; C(basis) of the verdict): nothing is written, RV(stale)
-    says so, and the next decision reads it again. Each patch is a JSON patch guarded by a C(test) of the
-    list it changes, read again (up to 5 times) when another writer got there first.
+  - Writes the verdict of P(gpuops.mig.mig_ready#filter) (or the rollout's) on a Node. The
+    condition C(gpuops.mig/MIGReady) (status, reason, message) goes to the C(status) subresource,
+    so the Node Readiness Controller or any other controller can act on it too.
+  - When the verdict is ready, the taint O(taint) is removed from C(spec.taints); when it is not,
+    the taint is kept, and added with O(hold) (what the rollout does before it changes a node). A
+    taint is never lifted on a verdict that is not ready.
+  - >-
+    A lift is refused when the Node read now differs from the one the verdict was decided on (its
+    labels, annotations, C(nvidia.com/) resources or taints; C(basis) of the verdict): nothing is
+    written, RV(stale) says so, and the next decision reads it again. Each patch is a JSON patch
+    guarded by a C(test) of the list it changes, read again (up to 5 times) when another writer got
+    there first.
   - Run it on the controller (C(delegate_to) V(localhost)).
 author:
   - gpuops.mig contributors (@gpuops)
@@ -29,7 +31,8 @@ extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
 attributes:
   check_mode:
-    description: Can run in C(check_mode) and return changed status prediction without modifying target.
+    description: Can run in C(check_mode) and return changed status prediction without modifying
+      target.
     support: full
     details: Reads the Node and says what it would write.
   diff_mode:
@@ -49,12 +52,13 @@ options:
     default: gpuops.mig/not-ready:NoSchedule
   verdict:
     description:
-      - C(ready) (bool), C(reason) and C(message), as P(gpuops.mig.mig_ready#filter) returns them, with
-        its C(basis) to guard a lift.
+      - C(ready) (bool), C(reason) and C(message), as P(gpuops.mig.mig_ready#filter) returns them,
+        with its C(basis) to guard a lift.
     type: dict
     required: true
   hold:
-    description: Add the taint when the verdict is not ready (the rollout, before it changes a node).
+    description: Add the taint when the verdict is not ready (the rollout, before it changes a
+      node).
     type: bool
     default: false
 """
@@ -65,7 +69,9 @@ EXAMPLES = r"""
     name: "{{ item.node }}"
     taint: "{{ gpuops_mig_ready_taint }}"
     verdict: "{{ item }}"
-  loop: "{{ nodes.resources | gpuops.mig.mig_ready(gpuops_mig_ready_taint, gpuops_mig_ready_pools) }}"
+  loop: >-
+    {{ nodes.resources
+    | gpuops.mig.mig_ready(gpuops_mig_ready_taint, gpuops_mig_ready_pools) }}
   delegate_to: localhost
 """
 
@@ -121,8 +127,8 @@ def _written(ops):
 
 
 def apply(nodes, name, wanted, verdict, hold, check_mode):
-    """{changed, lifted, tainted, stale, condition}: read the Node, patch its taints then its condition,
-    again when a guard's test failed (422)."""
+    """{changed, lifted, tainted, stale, condition}: read the Node, patch its taints then its
+    condition, again when a guard's test failed (422)."""
     from kubernetes.dynamic.exceptions import DynamicApiError
 
     ready = bool(verdict.get("ready"))

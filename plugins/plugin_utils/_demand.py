@@ -327,8 +327,9 @@ class Backoff(object):
 
 
 def api_client(args: Mapping[str, Any]) -> Any:
-    """The Kubernetes client of an event source (mig_demand, mig_ready): ``kubeconfig`` and ``context``,
-    else K8S_AUTH_KUBECONFIG, KUBECONFIG, ~/.kube/config, else the in-cluster service account."""
+    """The Kubernetes client of an event source (mig_demand, mig_ready): ``kubeconfig`` and
+    ``context``, else K8S_AUTH_KUBECONFIG, KUBECONFIG, ~/.kube/config, else the in-cluster service
+    account."""
     import os
 
     from kubernetes import client, config

@@ -100,7 +100,7 @@ def kubernetes_view(host: str, declared: Mapping[str, Any], nodes_by_name: Mappi
         "mig_config": labels.get(CONFIG_LABEL),
         "mig_config_state": labels.get(STATE_LABEL),
     }
-    if condition_of(node) is not None:   # the MIG-ready gate's condition (docs/autoscaled-nodes.md)
+    if condition_of(node) is not None:  # the MIG-ready gate's condition (docs/autoscaled-nodes.md)
         view["mig_ready"] = ready_cell(node)
     return view
 

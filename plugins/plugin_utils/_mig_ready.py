@@ -2,13 +2,15 @@
 # Copyright: Contributors to the gpuops.mig collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""Is this Node MIG-ready, and if not, what exactly is missing: decided from the Kubernetes API alone.
+"""Is this Node MIG-ready, and if not, what exactly is missing: decided from the Kubernetes API
+alone.
 
 A node is MIG-ready when its declared layout (from the inventory, the node pool's mapping or its
-nvidia.com/mig.config label) is what the device plugin advertises in status.allocatable and what GPU
-Feature Discovery labels, with no whole-GPU resource left where every GPU is MIG, and no failure recorded
-on it (gpuops.mig/last-error, nvidia.com/mig.config.state=failed). The watcher (playbooks/mig_ready.yml)
-and the fleet report use it; gpuops.mig.mig_node_ready writes the verdict. No Ansible imports.
+nvidia.com/mig.config label) is what the device plugin advertises in status.allocatable and what
+GPU Feature Discovery labels, with no whole-GPU resource left where every GPU is MIG, and no
+failure recorded on it (gpuops.mig/last-error, nvidia.com/mig.config.state=failed). The watcher
+(playbooks/mig_ready.yml) and the fleet report use it; gpuops.mig.mig_node_ready writes the
+verdict. No Ansible imports.
 """
 
 from __future__ import annotations
@@ -138,10 +140,11 @@ def declared_layout(
 ) -> dict[str, Any]:
     """The layout declared for ``node``: {source, name, entries, gpus}.
 
-    ``host``: the node's inventory settings (mig_node_config, _config_file, _config_name, _layouts), which
-    win; else the pool of ``pools`` (gpuops_mig_ready_pools) whose node_labels the node carries; the config
-    name is the setting's, else the node's nvidia.com/mig.config label. MigReadyError names the node, the
-    source and the entry when none declares it or the declaration is wrong."""
+    ``host``: the node's inventory settings (mig_node_config, _config_file, _config_name,
+    _layouts), which win; else the pool of ``pools`` (gpuops_mig_ready_pools) whose node_labels the
+    node carries; the config name is the setting's, else the node's nvidia.com/mig.config label.
+    MigReadyError names the node, the source and the entry when none declares it or the declaration
+    is wrong."""
     meta = node.get("metadata") or {}
     name = meta.get("name", "?")
     labels = meta.get("labels") or {}
@@ -155,8 +158,8 @@ def declared_layout(
         if pool is None:
             why = (
                 (
-                    "carries %s=%s but no pool of gpuops_mig_ready_pools nor the inventory says which "
-                    "config file holds it" % (LABEL_CONFIG, label_name)
+                    "carries %s=%s but no pool of gpuops_mig_ready_pools nor the inventory "
+                    "says which config file holds it" % (LABEL_CONFIG, label_name)
                 )
                 if label_name
                 else "no layout is declared for it (inventory, gpuops_mig_ready_pools or %s)"
@@ -184,9 +187,10 @@ def declared_layout(
 
 
 def _check_fits(node, entries, source):
-    """Refuse a layout no GPU of the node can hold: more compute slices than a MIG GPU has, or more memory
-    than GPU Feature Discovery says the node's GPUs have (nvidia.com/gpu.memory, when labelled; profile
-    names round their memory up: an 80 GB H100 reports 81559 MiB, so 5 % are allowed)."""
+    """Refuse a layout no GPU of the node can hold: more compute slices than a MIG GPU has, or more
+    memory than GPU Feature Discovery says the node's GPUs have (nvidia.com/gpu.memory, when
+    labelled; profile names round their memory up: an 80 GB H100 reports 81559 MiB, so 5 % are
+    allowed)."""
     labels = (node.get("metadata") or {}).get("labels") or {}
     try:
         memory_gb = int(labels.get("nvidia.com/gpu.memory") or 0) / 1024.0
@@ -233,8 +237,9 @@ def _advertised(node):
 
 
 def _expected(declared, advertised):
-    """{resource: count} the node must advertise under the mixed strategy, and the GPU count, or a reason
-    why it cannot be told (a GPU count not given that what is advertised does not reveal)."""
+    """{resource: count} the node must advertise under the mixed strategy, and the GPU count, or a
+    reason why it cannot be told (a GPU count not given that what is advertised does not
+    reveal)."""
     entries, gpus = declared["entries"], declared["gpus"]
     every = [e for e in entries if e.devices == "all"]
     indexed = dict((i, e) for e in entries if e.devices != "all" for i in e.devices)
@@ -391,9 +396,9 @@ def verdicts(
 ) -> list[dict[str, Any]]:
     """One verdict per Node of ``nodes`` that carries the taint ``taint`` (key[=value]:effect) or
     the operator's label without success: {node, ready, reason, message, tainted, resource_version,
-    basis (what the decision read, for mig_node_ready's guard), condition (the one it has)}. A wrong
-    declaration is a verdict too (not ready, reason MIGLayoutInvalid, the message naming node, source
-    and entry): the node stays tainted."""
+    basis (what the decision read, for mig_node_ready's guard), condition (the one it has)}. A
+    wrong declaration is a verdict too (not ready, reason MIGLayoutInvalid, the message naming
+    node, source and entry): the node stays tainted."""
     try:
         wanted = parse_taint(taint)
     except TaintError as e:
@@ -444,9 +449,10 @@ def _created(node, now):
 
 
 class GateTracker(object):
-    """What the event source gpuops.mig.mig_ready knows of the Nodes: which the gate holds (candidate()),
-    which of those changed since the last event (labels, annotations, advertised resources, taints),
-    and which have been held longer than ``converge_seconds`` since they registered (each said once).
+    """What the event source gpuops.mig.mig_ready knows of the Nodes: which the gate holds
+    (candidate()), which of those changed since the last event (labels, annotations, advertised
+    resources, taints), and which have been held longer than ``converge_seconds`` since they
+    registered (each said once).
     """
 
     def __init__(self, taint: Mapping[str, str], converge_seconds: float = 300.0):
@@ -485,8 +491,9 @@ class GateTracker(object):
         self.last_change = now
 
     def due(self, now: float, settle: float) -> dict[str, Any] | None:
-        """The event to emit now: {nodes: held Nodes changed (settled ``settle`` seconds), overdue: held
-        Nodes past the convergence time, said once each, held_seconds: {node: seconds}}; None when none.
+        """The event to emit now: {nodes: held Nodes changed (settled ``settle`` seconds), overdue:
+        held Nodes past the convergence time, said once each, held_seconds: {node: seconds}}; None
+        when none.
         """
         overdue = sorted(
             name
@@ -521,9 +528,9 @@ class GateTracker(object):
 
 
 def bootstrap_layout(pools: Any, pool: Any, host: str) -> dict[str, Any]:
-    """What the bootstrap (playbooks/bootstrap.yml) installs on ``host`` for its node pool ``pool``:
-    {config | layouts, config_name, pool}, validated before anything changes. MigReadyError names the bake
-    host, gpuops_mig_ready_pools and the entry."""
+    """What the bootstrap (playbooks/bootstrap.yml) installs on ``host`` for its node pool
+    ``pool``: {config | layouts, config_name, pool}, validated before anything changes.
+    MigReadyError names the bake host, gpuops_mig_ready_pools and the entry."""
     where = "bake host %s" % host
     if _unset(pool):
         raise MigReadyError(

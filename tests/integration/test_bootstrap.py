@@ -1,5 +1,6 @@
-"""playbooks/bootstrap.yml on simulated hosts (connection local, as ansible-pull runs it at first boot):
-the node pool's layout and the boot-time restore, ordered before kubelet, with no Kubernetes at all.
+"""playbooks/bootstrap.yml on simulated hosts (connection local, as ansible-pull runs it at first
+boot): the node pool's layout and the boot-time restore, ordered before kubelet, with no Kubernetes
+at all.
 """
 
 import os

@@ -1,6 +1,7 @@
-"""The MIG-ready gate on the real test cluster: ansible-rulebook runs the source gpuops.mig.mig_ready and
-the rulebook extensions/eda/rulebooks/mig_ready.yml (each decision is playbooks/mig_ready.yml); the real
-kube-scheduler honours the startup taint; the NVIDIA stand-ins advertise what the simulated GPUs hold.
+"""The MIG-ready gate on the real test cluster: ansible-rulebook runs the source
+gpuops.mig.mig_ready and the rulebook extensions/eda/rulebooks/mig_ready.yml (each decision is
+playbooks/mig_ready.yml); the real kube-scheduler honours the startup taint; the NVIDIA stand-ins
+advertise what the simulated GPUs hold.
 
 Nodes join as an autoscaler would add them: registered with the startup taint and a preset
 nvidia.com/mig.config label, GPU pods already waiting for them.
@@ -58,8 +59,8 @@ def plugin_daemonsets():
 
 
 def apply_layout(state, count, profile=(19, 1, 0)):
-    """What the boot-time restore does before kubelet: MIG on, ``count`` 1g.10gb devices (``profile``:
-    GPU instance profile ID, its size, compute instance profile)."""
+    """What the boot-time restore does before kubelet: MIG on, ``count`` 1g.10gb devices
+    (``profile``: GPU instance profile ID, its size, compute instance profile)."""
     sim.create_state(
         state, "1xH100-SXM5-80GB", seed=os.path.basename(state), mig="enabled", force=True
     )
@@ -71,7 +72,8 @@ def apply_layout(state, count, profile=(19, 1, 0)):
 
 
 def restart_plugins(cluster, node):
-    """The plugin and GFD read the GPUs when they start, as after a boot: their pods are recreated."""
+    """The plugin and GFD read the GPUs when they start, as after a boot: their pods are
+    recreated."""
     for pod in cluster.list("Pod", "nvidia-device-plugin", field_selector="spec.nodeName=" + node):
         cluster.delete("Pod", pod["metadata"]["name"], "nvidia-device-plugin", grace_period=0)
 
@@ -133,8 +135,8 @@ def test_a_joining_node_takes_gpu_pods_only_once_its_layout_is_advertised_a_fail
         seed.pod("wants-mig-1", limits={MIG_1G: 1}),
         seed.pod("wants-whole", limits={"nvidia.com/gpu": 1}),
     )
-    # The plugin advertises the whole GPU on gpu-new and 3 MIG devices on gpu-bad: without the taint the
-    # scheduler would bind the pods there at once.
+    # The plugin advertises the whole GPU on gpu-new and 3 MIG devices on gpu-bad: without the
+    # taint the scheduler would bind the pods there at once.
     cluster.wait_for(
         lambda: cluster.get("Node", "gpu-new")["status"]["allocatable"].get("nvidia.com/gpu")
         == "1"
@@ -204,7 +206,8 @@ def test_a_joining_node_takes_gpu_pods_only_once_its_layout_is_advertised_a_fail
         )
         assert binds == {}
 
-        # 2. gpu-new's boot-time restore applies the layout; its plugin and GFD start and advertise it.
+        # 2. gpu-new's boot-time restore applies the layout; its plugin and GFD start and advertise
+        # it.
         cluster.wait_for(
             lambda: "gpu-baked" in lifts, "the gate to lift gpu-baked's taint", timeout=180
         )
@@ -229,8 +232,8 @@ def test_a_joining_node_takes_gpu_pods_only_once_its_layout_is_advertised_a_fail
         assert condition(bad_node)["status"] == "False"
         assert "wants-whole" not in binds  # no whole GPU is left anywhere
         print(
-            "\nMEASURED registration -> lifted, layout in place: %.1f s; layout applied %.1f s after "
-            "registration -> lifted %.1f s later"
+            "\nMEASURED registration -> lifted, layout in place: %.1f s; layout applied %.1f s "
+            "after registration -> lifted %.1f s later"
             % (
                 lifts["gpu-baked"][1] - registered,
                 applied - registered,

@@ -53,7 +53,8 @@ def test_canary_failure_stops_the_rollout_then_report_then_disable(cluster, clus
     assert data["gpu-bad"]["declared"] == {"layout": "all-3g", "source": "inventory"}
     assert data["gpu-bad"]["kubernetes"] == {"node": "gpu-bad", "found": True, "mig_config": "all-3g",
                                              "mig_config_state": "failed",
-                                             "mig_ready": "no (MIGReconfigureFailed)"}   # the gate's condition
+                                             # the gate's condition
+                                             "mig_ready": "no (MIGReconfigureFailed)"}
     assert data["gpu-good"]["declared"] == {"layout": "custom", "source": "inventory"}   # mig_node_layouts
     assert data["gpu-good"]["kubernetes"]["mig_config_state"] is None
     table = (tmp_path / "report.txt").read_text().splitlines()
@@ -118,7 +119,9 @@ def test_facts_report_declared_layout_and_state_label(cluster, cluster_env, tmp_
     seen = len(cluster.requests)
     facts = fleet.run("playbooks/facts.yml", dict(plan, gpuops_mig_report_file=str(report)))
     assert facts.recap["gpu-down"]["failed"] == 1 and facts.returncode == 2, output(facts)
-    node_reads = [r for r in cluster.requests[seen:] if r.method == "GET" and r.path == "/api/v1/nodes"]
+    node_reads = [
+        r for r in cluster.requests[seen:] if r.method == "GET" and r.path == "/api/v1/nodes"
+    ]
     assert len(node_reads) == 1, cluster.requests[seen:]
 
     data = json.loads(report.read_text())["hosts"]
@@ -162,7 +165,9 @@ def test_facts_report_declared_layout_and_state_label(cluster, cluster_env, tmp_
     assert '"source": "plan"' in stats
     # Read-only.
     assert {name: fleet.digest(name) for name in fleet.hosts} == before
-    assert {n["metadata"]["name"]: n["metadata"]["labels"] for n in cluster.list("Node")} == labels_before
+    assert {
+        n["metadata"]["name"]: n["metadata"]["labels"] for n in cluster.list("Node")
+    } == labels_before
 
     # Without Kubernetes: no node read, the node columns say "-", the label declares nothing.
     seen = len(cluster.requests)
@@ -179,7 +184,9 @@ def test_facts_report_declared_layout_and_state_label(cluster, cluster_env, tmp_
     assert {state for _layout, _source, state in rows.values()} == {"-"}
 
 
-def test_a_layout_that_fails_on_a_later_batch_stops_the_rollout_before_any_change(cluster, cluster_env, tmp_path):
+def test_a_layout_that_fails_on_a_later_batch_stops_the_rollout_before_any_change(
+    cluster, cluster_env, tmp_path
+):
     fleet = Fleet(tmp_path, cluster, cluster_env)
     fleet.add("gpu-first", "1xH100-SXM5-80GB", mig_node_layouts=[{"gpus": "all", "devices": {"1g.10gb": 7}}])
     fleet.add("gpu-later", "1xA30-24GB", mig_node_layouts=[{"gpus": "all", "devices": {"1g.6gb": 5}}])
@@ -197,7 +204,9 @@ def test_a_layout_that_fails_on_a_later_batch_stops_the_rollout_before_any_chang
         assert STATE not in node["metadata"]["labels"] and not node["spec"].get("unschedulable"), name
 
 
-def test_a_config_file_that_defines_a_name_twice_is_refused_before_any_change(cluster, cluster_env, tmp_path):
+def test_a_config_file_that_defines_a_name_twice_is_refused_before_any_change(
+    cluster, cluster_env, tmp_path
+):
     # Read on the controller, the file reaches the modules as text, parsed strictly: the second
     # 'big' does not silently replace the first.
     config = tmp_path / "mig-parted.yaml"
@@ -216,7 +225,9 @@ def test_a_config_file_that_defines_a_name_twice_is_refused_before_any_change(cl
     assert STATE not in node["metadata"]["labels"] and not node["spec"].get("unschedulable")
 
 
-def test_a_tolerated_failure_lets_the_batch_finish_and_one_beyond_it_stops_with_the_summary(cluster, cluster_env, tmp_path):
+def test_a_tolerated_failure_lets_the_batch_finish_and_one_beyond_it_stops_with_the_summary(
+    cluster, cluster_env, tmp_path
+):
     fleet = Fleet(tmp_path, cluster, cluster_env)
     bad = fleet.add("gpu-bad", "1xA30-24GB", mig_node_layouts=[{"gpus": "all", "devices": {"2g.12gb": 2}}])
     for name in ("gpu-a", "gpu-b"):
@@ -269,7 +280,9 @@ def _play_hosts(stdout, play):
     return hosts
 
 
-def test_converged_nodes_never_wait_for_a_batch_and_the_summary_tells(cluster, cluster_env, tmp_path):
+def test_converged_nodes_never_wait_for_a_batch_and_the_summary_tells(
+    cluster, cluster_env, tmp_path
+):
     fleet = Fleet(tmp_path, cluster, cluster_env)
     layout = [{"gpus": "all", "devices": {"1g.10gb": 7}}]
     for name in ("gpu-a", "gpu-b", "gpu-c"):
@@ -303,12 +316,17 @@ def test_converged_nodes_never_wait_for_a_batch_and_the_summary_tells(cluster, c
     # Nothing to put right on a converged node: its preview was all it cost.
     assert _play_hosts(again.stdout, "Finish the converged nodes") == set()
     assert "0 node(s) to change (none), 3 already converged." in again.stdout
-    assert all(cluster.get("Node", n)["metadata"]["labels"][STATE] == "success" for n in ("gpu-a", "gpu-b", "gpu-c"))
+    assert all(
+        cluster.get("Node", n)["metadata"]["labels"][STATE] == "success"
+        for n in ("gpu-a", "gpu-b", "gpu-c")
+    )
     rows = [line for line in again.stdout.splitlines() if line.strip().strip('",').startswith("gpu-")]
     assert sum(1 for r in rows if "converged" in r) == 3, again.stdout[-3000:]
 
 
-def test_a_node_that_converged_after_the_preview_is_not_drained_in_its_batch(cluster, cluster_env, tmp_path):
+def test_a_node_that_converged_after_the_preview_is_not_drained_in_its_batch(
+    cluster, cluster_env, tmp_path
+):
     """The batches decide again: a node previewed as changing whose GPUs reached the layout meanwhile
     (someone applied it by hand) is finished without cordon, drain or GPU change."""
     import threading

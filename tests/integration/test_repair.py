@@ -64,7 +64,8 @@ def test_a_converged_node_left_owing_is_repaired_first(cluster, cluster_env, tmp
     assert labels["labels"][DCGM_EXPORTER] == "true" and labels["labels"][STATE] == "success"
     assert "gpuops.mig/owed" not in (labels.get("annotations") or {})
     assert not os.path.exists(owed_file)
-    assert [lease["metadata"]["name"] for lease in cluster.list("Lease")] == []    # taken over, then released
+    # taken over, then released
+    assert [lease["metadata"]["name"] for lease in cluster.list("Lease")] == []
     assert "took the lease over from gpuops.mig run 20261125T080000Z-dead on ctl" in out
     # The device plugin owed its restart: a new pod.
     assert [p["metadata"]["uid"] for p in cluster.list("Pod", "nvidia-device-plugin")
@@ -79,7 +80,8 @@ def test_a_converged_node_left_owing_is_repaired_first(cluster, cluster_env, tmp
 def test_a_record_gpuops_did_not_write_stops_the_node(cluster, cluster_env, tmp_path):
     fleet = Fleet(tmp_path, cluster, cluster_env)
     fleet.add("node-a", "1xA30-24GB", mig_node_layouts=LAYOUT)
-    cluster.patch("Node", "node-a", {"metadata": {"annotations": {"gpuops.mig/owed": "{\"services\": \"all\"}"}}})
+    cluster.patch("Node", "node-a",
+                  {"metadata": {"annotations": {"gpuops.mig/owed": "{\"services\": \"all\"}"}}})
     proc = fleet.run("playbooks/site.yml", FAST)
     assert proc.returncode != 0
     assert "node-a: the annotation gpuops.mig/owed is not a record gpuops.mig wrote" in proc.stdout

@@ -68,7 +68,8 @@ class Fleet(object):
         if kubernetes:
             labels = {"nvidia.com/gpu.present": "true"}
             labels.update(node_labels or {})
-            self.cluster.seed(seed.node(name, labels, nvml_state=self.state_path(name), pod_resources=pod_resources))
+            self.cluster.seed(seed.node(name, labels, nvml_state=self.state_path(name),
+                                        pod_resources=pod_resources))
         else:
             hostvars.setdefault("mig_node_kubernetes", False)
             hostvars.setdefault("mig_preflight_kubernetes", False)
@@ -234,7 +235,9 @@ def test_node_workflow_end_to_end_then_converged_rerun(cluster, cluster_env, tmp
     assert fleet.devices("node-a") == {0: balanced, 1: balanced}
     assert refusals == ["train-0", "train-0"]
     assert cluster.find("Pod", "train-0", "ml") is None
-    assert any(r.method == "POST" and r.path.endswith("/pods/train-0/eviction") for r in cluster.requests)
+    assert any(
+        r.method == "POST" and r.path.endswith("/pods/train-0/eviction") for r in cluster.requests
+    )
     assert history["node-a"][0] == ("pending", True, "true")              # pending and cordoned at once
     assert ("pending", True, "paused-for-mig-change") in history["node-a"]  # operands paused
     assert history["node-a"][-1] == ("success", False, "true")             # restored, done, uncordoned
@@ -244,7 +247,8 @@ def test_node_workflow_end_to_end_then_converged_rerun(cluster, cluster_env, tmp
     assert node["status"]["allocatable"]["nvidia.com/mig-1g.5gb"] == "4"
     assert node["status"]["allocatable"]["nvidia.com/mig-3g.20gb"] == "2"
     assert sim.load_state(a)["host"]["clients"] == ["nvidia-dcgm"]        # stopped for the reset, back again
-    assert cluster.list("Pod", "gpu-operator", field_selector="spec.nodeName=node-a")  # operand is back
+    # operand is back
+    assert cluster.list("Pod", "gpu-operator", field_selector="spec.nodeName=node-a")
     assert sorted(smoke, key=str) == [{"nvidia.com/mig-1g.5gb": "1"}, {"nvidia.com/mig-2g.10gb": "1"},
                                       {"nvidia.com/mig-3g.20gb": "1"}]
     assert cluster.list("Pod", "default", label_selector="gpuops.mig/smoke-test") == []
@@ -259,7 +263,7 @@ def test_node_workflow_end_to_end_then_converged_rerun(cluster, cluster_env, tmp
     boot_log = open(b + ".boot.log").read()
     assert "gpuops-mig-restore.service: exit 0" in boot_log and "2g.12gb x2 (created)" in boot_log
     assert cluster.find("Pod", "infer-0") is None and cluster.find("Pod", "web-0")  # GPU pods only
-    assert cluster.get("Node", "node-b")["spec"]["unschedulable"] is True       # not ours to uncordon
+    assert cluster.get("Node", "node-b")["spec"]["unschedulable"] is True  # not ours to uncordon
 
     # node-c: failed part-way: clients restored, state failed, still cordoned, the reason shown.
     node = cluster.get("Node", "node-c")
@@ -304,7 +308,9 @@ def test_node_workflow_end_to_end_then_converged_rerun(cluster, cluster_env, tmp
     assert {name: fleet.digest(name) for name in digests} == digests
 
 
-def test_a_failed_drain_leaves_the_boot_time_restore_of_the_layout_the_node_holds(cluster, cluster_env, tmp_path):
+def test_a_failed_drain_leaves_the_boot_time_restore_of_the_layout_the_node_holds(
+    cluster, cluster_env, tmp_path
+):
     """The new restore comes only inside the window: a node whose drain fails keeps the restore of the
     layout its GPUs hold, so a reboot before the next run does not apply the new one under its pods."""
     fleet = Fleet(tmp_path, cluster, cluster_env)
@@ -316,7 +322,8 @@ def test_a_failed_drain_leaves_the_boot_time_restore_of_the_layout_the_node_hold
     old = desired.read_text()
     assert json.loads(old)["layouts"] == [{"gpus": "all", "devices": {"3g.20gb": 2}}]
 
-    cluster.seed(seed.pod("db-0", node="node-p", labels={"app": "db"}, owner=("ReplicaSet", "db-1")),
+    cluster.seed(seed.pod("db-0", node="node-p", labels={"app": "db"},
+                          owner=("ReplicaSet", "db-1")),
                   seed.pdb("db", {"app": "db"}, disruptions_allowed=0))
     before = fleet.digest("node-p")
     proc = fleet.run("tests/integration/playbooks/mig_node.yml", {
@@ -357,7 +364,9 @@ def test_node_check_mode_changes_nothing(cluster, cluster_env, tmp_path):
     assert not root.exists() or sorted(p.name for p in root.iterdir()) == ["proc"]
 
 
-def test_preview_reads_a_configmap_named_in_play_vars_and_checks_the_role_variables(cluster, cluster_env, tmp_path):
+def test_preview_reads_a_configmap_named_in_play_vars_and_checks_the_role_variables(
+    cluster, cluster_env, tmp_path
+):
     """The batch's one cluster read covers a ConfigMap named by play vars (which other hosts' hostvars do not
     show), and the preview checks the role variables against the role's argument spec itself (site.yml
     imports it with rolespec_validate false)."""
@@ -447,7 +456,9 @@ def test_device_plugin_deployed_with_helm(cluster, admin_env, tmp_path):
     container = plugin["spec"]["template"]["spec"]["containers"][0]
     assert {"name": "MIG_STRATEGY", "value": "single"} in container["env"]
     assert plugin["spec"]["template"]["spec"]["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
-    assert cluster.find("DaemonSet", "nvidia-device-plugin-gpu-feature-discovery", "nvidia-device-plugin")
+    assert cluster.find(
+        "DaemonSet", "nvidia-device-plugin-gpu-feature-discovery", "nvidia-device-plugin"
+    )
     assert cluster.list("Pod", "nvidia-device-plugin", field_selector="spec.nodeName=gpu-1")
 
     second = fleet.run(str(playbook), {"strategy": "single"})

@@ -81,9 +81,12 @@ def test_lease_taken_renewed_released_and_the_failure_on_the_node(cluster, clust
     assert a.count(("Lease", "modified", "gpuops-mig-node-a")) == 3       # mode, geometry, device plugin + validate
     assert a[-1] == ("Lease", "deleted", "gpuops-mig-node-a")             # released after the uncordon
     assert a[-2][:3] == ("Node", "success", "node-a")
-    assert cluster.find("Lease", "gpuops-mig-node-c") is None            # released after the failure too
+    assert cluster.find("Lease", "gpuops-mig-node-c") is None  # released after the failure too
     assert ("Lease", "added", "gpuops-mig-node-c") in seen
-    lease_writes = [r for r in cluster.requests if "/leases" in r.path and r.method in ("PUT", "POST", "DELETE")]
+    lease_writes = [
+        r for r in cluster.requests
+        if "/leases" in r.path and r.method in ("PUT", "POST", "DELETE")
+    ]
     assert {r.method for r in lease_writes} == {"POST", "PUT", "DELETE"}
 
     # The failure, on the Node: the annotation and a Warning Event.
@@ -92,7 +95,9 @@ def test_lease_taken_renewed_released_and_the_failure_on_the_node(cluster, clust
     note = json.loads(node["metadata"]["annotations"][LAST_ERROR])
     assert note["step"] == "Apply the MIG geometry" and note["layout"] == "all-3g" and note["job"] == "4711"
     assert "insufficient resources" in note["message"].lower() and note["run"]
-    events = [e for e in cluster.list("Event", "default") if e["involvedObject"]["name"] == "node-c"]
+    events = [
+        e for e in cluster.list("Event", "default") if e["involvedObject"]["name"] == "node-c"
+    ]
     assert [(e["reason"], e["type"]) for e in events] == [("MigReconfigureFailed", "Warning")]
     assert events[0]["involvedObject"]["kind"] == "Node" and note["run"] in events[0]["message"]
     assert "failed at 'Apply the MIG geometry'" in events[0]["message"]
@@ -146,7 +151,8 @@ def test_an_abandoned_lease_is_taken_over_and_said(cluster, cluster_env, tmp_pat
     cluster.seed(*device_plugin_daemonsets())
     fleet.add("node-a", "1xA100-SXM4-40GB", mig_node_config_file=CONFIG_FILE, mig_node_config_name="all-3g",
               mig_node_persist=False)
-    cluster.seed(foreign_lease("node-a", renewed_ago=120, duration=60))   # its run crashed 1 min ago
+    # its run crashed 1 min ago
+    cluster.seed(foreign_lease("node-a", renewed_ago=120, duration=60))
     proc = fleet.run(PLAYBOOK, FAST)
     assert proc.recap["node-a"]["failed"] == 0, output(proc)
     assert "node-a: took the lease over from gpuops.mig run other-run on ctl-9" in proc.stdout, output(proc)
@@ -192,7 +198,9 @@ def start_site(fleet, layout, name):
 
 
 @pytest.mark.parametrize("layouts", [("all-3g", "all-3g"), ("all-balanced", "all-3g")], ids=["same", "different"])
-def test_two_rollouts_at_once_leave_one_truthful_layout_per_node(cluster, cluster_env, tmp_path, layouts):
+def test_two_rollouts_at_once_leave_one_truthful_layout_per_node(
+    cluster, cluster_env, tmp_path, layouts
+):
     """Two site.yml runs started together on the same nodes: every node is changed by one of them only, and
     ends with the GPUs holding what its nvidia.com/mig.config label says, labelled success."""
     fleet = Fleet(tmp_path, cluster, cluster_env)

@@ -74,7 +74,9 @@ def test_typo_skip_and_force(cluster, cluster_env, tmp_path):
             proc.kill()
 
 
-def test_a_mig_manager_run_in_flight_is_waited_out_before_the_label_changes(cluster, cluster_env, tmp_path):
+def test_a_mig_manager_run_in_flight_is_waited_out_before_the_label_changes(
+    cluster, cluster_env, tmp_path
+):
     fleet = operator_fleet(tmp_path, cluster, cluster_env, models=("1xH100-SXM5-80GB",))
     # A run for layout-a in flight (pending) when the rollout to layout-b starts: it ends with its own
     # success after the collection could have patched the label. Runs take a while (2 s a step), as real
@@ -98,7 +100,9 @@ def test_a_mig_manager_run_in_flight_is_waited_out_before_the_label_changes(clus
 
 
 def test_a_clusterpolicy_without_mig_strategy_means_none(cluster, cluster_env, tmp_path):
-    fleet = operator_fleet(tmp_path, cluster, cluster_env, models=("1xH100-SXM5-80GB",), strategy=None)
+    fleet = operator_fleet(
+        tmp_path, cluster, cluster_env, models=("1xH100-SXM5-80GB",), strategy=None
+    )
     plugin = cluster.get("DaemonSet", "nvidia-device-plugin-daemonset", "gpu-operator")
     assert "MIG_STRATEGY" not in [e["name"] for e in plugin["spec"]["template"]["spec"]["containers"][0]["env"]]
     # No strategy declared (the simulated fleet's group_vars declare mixed): the operator's counts.
@@ -114,7 +118,9 @@ def test_a_clusterpolicy_without_mig_strategy_means_none(cluster, cluster_env, t
            "'none')" in refused.stdout, output(refused)
 
 
-def test_a_run_wedged_before_the_rollout_is_recovered_before_the_label_changes(cluster, cluster_env, tmp_path):
+def test_a_run_wedged_before_the_rollout_is_recovered_before_the_label_changes(
+    cluster, cluster_env, tmp_path
+):
     fleet = operator_fleet(tmp_path, cluster, cluster_env, models=("1xH100-SXM5-80GB",))
     # An earlier run wedged at pending (gpu-operator issue 2833): no run is in flight, the state stays pending.
     cluster.patch("Node", "gpu-0", {"metadata": {"labels": {CONFIG: "layout-a"},

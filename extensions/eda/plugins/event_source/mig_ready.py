@@ -18,19 +18,21 @@ import time
 
 DOCUMENTATION = r"""
 ---
-short_description: Emit the Nodes held by the MIG-ready startup taint when they change, and when overdue.
+short_description: Emit the Nodes held by the MIG-ready startup taint when they change, and when
+  overdue.
 description:
   - >-
-    An ansible-rulebook event source that watches Nodes. A Node is held when it carries the startup taint
-    O(taint), or the GPU Operator's C(nvidia.com/mig.config) label without
-    C(nvidia.com/mig.config.state=success). Once what decides its readiness changes (labels, annotations,
-    the C(nvidia.com/) resources it advertises, its taints) and stays unchanged for O(settle_seconds), it
-    emits C({"mig_ready": {"nodes": [names], "overdue": [names], "held_seconds": {name: s}}}), one event
-    for every held Node that changed. A Node held O(converge_seconds) after it registered is named once
-    in C(overdue), so that the rulebook can run the node workflow on it.
+    An ansible-rulebook event source that watches Nodes. A Node is held when it carries the startup
+    taint O(taint), or the GPU Operator's C(nvidia.com/mig.config) label without
+    C(nvidia.com/mig.config.state=success). Once what decides its readiness changes (labels,
+    annotations, the C(nvidia.com/) resources it advertises, its taints) and stays unchanged for
+    O(settle_seconds), it emits
+    C({"mig_ready": {"nodes": [names], "overdue": [names], "held_seconds": {name: s}}}), one
+    event for every held Node that changed. A Node held O(converge_seconds) after it registered is
+    named once in C(overdue), so that the rulebook can run the node workflow on it.
   - >-
-    The watch resumes from the last C(resourceVersion), lists again on 410 Gone, and reconnects with a
-    backoff (1 s doubling up to O(reconnect_max_seconds)). Connection settings as for
+    The watch resumes from the last C(resourceVersion), lists again on 410 Gone, and reconnects
+    with a backoff (1 s doubling up to O(reconnect_max_seconds)). Connection settings as for
     C(gpuops.mig.mig_demand).
 options:
   taint:
@@ -52,7 +54,8 @@ options:
     description: The kubeconfig context to use.
     type: str
   watch_timeout_seconds:
-    description: Seconds one watch request lasts before it is renewed from the last C(resourceVersion).
+    description: Seconds one watch request lasts before it is renewed from the last
+      C(resourceVersion).
     type: int
     default: 300
   reconnect_max_seconds:
@@ -88,8 +91,8 @@ demand, gate = _import_utils()
 _client = demand.api_client
 
 def _watch(args, deliver, stop):
-    """List, then watch Nodes from the last resourceVersion, until ``stop``; hands ("listed", nodes),
-    ("event", (type, node)) and ("error", text) to the event loop."""
+    """List, then watch Nodes from the last resourceVersion, until ``stop``; hands ("listed",
+    nodes), ("event", (type, node)) and ("error", text) to the event loop."""
     import json
 
     from kubernetes import client, watch
@@ -150,8 +153,8 @@ def _watch(args, deliver, stop):
 
 
 async def main(queue, args):
-    """Watch Nodes and put one event on ``queue`` per settled change of the Nodes the gate holds, and
-    one per Node that stays held past converge_seconds."""
+    """Watch Nodes and put one event on ``queue`` per settled change of the Nodes the gate holds,
+    and one per Node that stays held past converge_seconds."""
     args = dict(args or {})
     taint = gate.parse_taint(args.get("taint") or "gpuops.mig/not-ready:NoSchedule", "taint")
     settle = float(args.get("settle_seconds", 2))

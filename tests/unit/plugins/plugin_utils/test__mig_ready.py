@@ -191,7 +191,8 @@ def test_the_inventory_wins_over_the_pool(tmp_path):
                 }
             },
             None,
-            "Node gpu-1, gpuops_mig_ready_pools[p]: config: no config named 'all-7g'; available: all-1g.10gb",
+            "Node gpu-1, gpuops_mig_ready_pools[p]: config: no config named 'all-7g'; "
+            "available: all-1g.10gb",
         ),
         (
             {"p": {"node_labels": {"pool": "h100-small"}, "gpus": 8}},
