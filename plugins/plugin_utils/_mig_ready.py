@@ -15,10 +15,10 @@ verdict. No Ansible imports.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Mapping
 
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError
+from ansible_collections.gpuops.mig.plugins.module_utils._input import pattern, whole
 from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import (
     ANNOTATION_LAST_ERROR,
     LABEL_CONFIG,
@@ -62,7 +62,7 @@ HOST_KEYS = (
     ("config_name", "mig_node_config_name"),
 )
 POOL_KEYS = ("node_labels", "config", "config_file", "config_name", "layouts", "gpus")
-_PROFILE = re.compile(r"(?:[0-9]+c\.)?([0-9]+)g\.([0-9]+)gb")
+_PROFILE = pattern(r"(?:[0-9]+c\.)?([0-9]+)g\.([0-9]+)gb(?:[+][a-z]+)*")
 
 
 class MigReadyError(ValueError):
@@ -199,7 +199,7 @@ def _check_fits(node, entries, source):
     for entry in entries:
         slices = memory = 0
         for profile, count in (entry.mig_devices or {}).items():
-            match = _PROFILE.match(profile)
+            match = whole(_PROFILE, profile)
             if match:
                 slices += int(match.group(1)) * count
                 memory += int(match.group(2)) * count
@@ -455,14 +455,14 @@ class GateTracker(object):
     registered (each said once).
     """
 
-    def __init__(self, taint: Mapping[str, str], converge_seconds: float = 300.0):
+    def __init__(self, taint: Mapping[str, str], converge_seconds: float = 300.0) -> None:
         self.taint = taint
         self.converge = float(converge_seconds)
         self.held: dict[str, dict[str, Any]] = {}
         self.changed: set[str] = set()
         self.last_change = 0.0
 
-    def replace(self, nodes, now: float) -> None:
+    def replace(self, nodes: list[dict[str, Any]], now: float) -> None:
         """A fresh listing: forget Nodes that are gone, look at every one listed."""
         names = set()
         for node in nodes:

@@ -38,6 +38,7 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
+from ansible_collections.gpuops.mig.plugins.module_utils._input import count
 from ansible_collections.gpuops.mig.plugins.plugin_utils._plain import describe
 
 FAILED_STATE_LABEL = "nvidia.com/mig.config.state"
@@ -105,10 +106,12 @@ def _setting(variable, value, kind):
         raise RoundError("%s must be true or false, got %s" % (variable, describe(value)))
     if kind == "batch":
         text = str(value).strip() if not isinstance(value, bool) else ""
-        if text.endswith("%") and text[:-1].isdigit() and 1 <= int(text[:-1]) <= 100:
+        percent = count(text[:-1], 3) if text.endswith("%") else None
+        if percent is not None and 1 <= percent <= 100:
             return text
-        if text.isdigit() and int(text) >= 1:
-            return int(text)
+        number = count(text)
+        if number is not None and number >= 1:
+            return number
         raise RoundError("%s must be a number of nodes (at least 1) or a percentage, got %s"
                          % (variable, describe(value)))
     if not isinstance(value, str) or not value.strip():

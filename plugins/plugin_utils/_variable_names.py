@@ -36,6 +36,8 @@ PLAYBOOK_VARIABLES = (
     "gpuops_mig_round_serial",
     "gpuops_mig_round_event",
     "gpuops_mig_round_deploy_device_plugin", "gpuops_mig_round",
+    "gpuops_mig_ready_taint", "gpuops_mig_ready_pools", "gpuops_mig_pool",
+    "gpuops_mig_ready_nodes", "gpuops_mig_ready_overdue",
 )
 
 # Results the roles leave on a host (a later batch's preview sees them): not settings, but not typos either.
