@@ -26,8 +26,8 @@ def record(**parts):
                             "services": [], "operands": {}, "device_plugin": False}, **parts), sort_keys=True)
 
 
-def test_a_converged_node_left_owing_is_repaired_first(cluster, cluster_env, tmp_path):
-    fleet = Fleet(tmp_path, cluster, cluster_env)
+def test_a_converged_node_left_owing_is_repaired_first(kube_api, kube_env, tmp_path):
+    fleet = Fleet(tmp_path, kube_api, kube_env)
     node = fleet.add("node-a", "1xA30-24GB", node_labels={DCGM_EXPORTER: "true"}, mig_node_layouts=LAYOUT)
     box = fleet.add("box-b", "1xA30-24GB", kubernetes=False, mig_node_layouts=LAYOUT)
     for state in (node, box):
@@ -38,7 +38,7 @@ def test_a_converged_node_left_owing_is_repaired_first(cluster, cluster_env, tmp
     # What a run killed after pausing the clients and changing the GPUs leaves behind.
     for state in (node, box):
         sim.set_host(state, remove_clients=["nvidia-dcgm"])
-    cluster.patch("Node", "node-a", {"metadata": {
+    kube_api.patch("Node", "node-a", {"metadata": {
         "labels": {DCGM_EXPORTER: PAUSED},
         "annotations": {"gpuops.mig/owed": record(services=["nvidia-dcgm.service"], operands={DCGM_EXPORTER: "true"},
                                                   device_plugin=True)}}})
@@ -47,11 +47,11 @@ def test_a_converged_node_left_owing_is_repaired_first(cluster, cluster_env, tmp
     with open(owed_file, "w") as handle:
         handle.write(record(services=["nvidia-dcgm.service"]))
     # ... and its hold on the node, no longer renewed.
-    cluster.seed({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+    kube_api.seed({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                    "metadata": {"name": "gpuops-mig-node-a", "namespace": "default"},
                    "spec": {"holderIdentity": "gpuops.mig run 20261125T080000Z-dead on ctl", "leaseDurationSeconds": 20,
                             "acquireTime": "2026-11-25T08:00:00.000000Z", "renewTime": "2026-11-25T08:00:00.000000Z"}})
-    plugin = [p["metadata"]["uid"] for p in cluster.list("Pod", "nvidia-device-plugin")
+    plugin = [p["metadata"]["uid"] for p in kube_api.list("Pod", "nvidia-device-plugin")
               if p["spec"].get("nodeName") == "node-a"]
 
     proc = fleet.run("playbooks/site.yml", FAST)
@@ -60,15 +60,14 @@ def test_a_converged_node_left_owing_is_repaired_first(cluster, cluster_env, tmp
     assert "run 20261125T080000Z-dead, interrupted, left host services stopped (nvidia-dcgm.service)" in out
     for state in (node, box):
         assert sim.load_state(state)["host"]["clients"] == ["nvidia-dcgm"]
-    labels = cluster.get("Node", "node-a")["metadata"]
+    labels = kube_api.get("Node", "node-a")["metadata"]
     assert labels["labels"][DCGM_EXPORTER] == "true" and labels["labels"][STATE] == "success"
     assert "gpuops.mig/owed" not in (labels.get("annotations") or {})
     assert not os.path.exists(owed_file)
-    # taken over, then released
-    assert [lease["metadata"]["name"] for lease in cluster.list("Lease")] == []
+    assert [lease["metadata"]["name"] for lease in kube_api.list("Lease")] == []    # taken over, then released
     assert "took the lease over from gpuops.mig run 20261125T080000Z-dead on ctl" in out
     # The device plugin owed its restart: a new pod.
-    assert [p["metadata"]["uid"] for p in cluster.list("Pod", "nvidia-device-plugin")
+    assert [p["metadata"]["uid"] for p in kube_api.list("Pod", "nvidia-device-plugin")
             if p["spec"].get("nodeName") == "node-a"] != plugin
     rows = dict(re.findall(r'"(node-a|box-b) +(\w+) +converged ', out))
     assert rows == {"node-a": "repaired", "box-b": "repaired"}, out[-3000:]
@@ -77,11 +76,10 @@ def test_a_converged_node_left_owing_is_repaired_first(cluster, cluster_env, tmp
     assert again.returncode == 0 and "repaired" not in again.stdout and "interrupted" not in again.stdout
 
 
-def test_a_record_gpuops_did_not_write_stops_the_node(cluster, cluster_env, tmp_path):
-    fleet = Fleet(tmp_path, cluster, cluster_env)
+def test_a_record_gpuops_did_not_write_stops_the_node(kube_api, kube_env, tmp_path):
+    fleet = Fleet(tmp_path, kube_api, kube_env)
     fleet.add("node-a", "1xA30-24GB", mig_node_layouts=LAYOUT)
-    cluster.patch("Node", "node-a",
-                  {"metadata": {"annotations": {"gpuops.mig/owed": "{\"services\": \"all\"}"}}})
+    kube_api.patch("Node", "node-a", {"metadata": {"annotations": {"gpuops.mig/owed": "{\"services\": \"all\"}"}}})
     proc = fleet.run("playbooks/site.yml", FAST)
     assert proc.returncode != 0
     assert "node-a: the annotation gpuops.mig/owed is not a record gpuops.mig wrote" in proc.stdout

@@ -38,7 +38,7 @@ def foreign_lease(node, renewed_ago=0, duration=3600):
                      "renewTime": utc(renewed_ago)}}
 
 
-def timeline(cluster):
+def timeline(kube_api):
     """(kind, event, name) of every Lease change and of every Node change that cordons or labels state."""
     seen = []
 
@@ -56,21 +56,21 @@ def timeline(cluster):
             seen.append((event.kind, event.type, obj["metadata"]["name"]))
     for kind in ("Lease", "Node"):
         for kind_event in ("added", "modified", "deleted"):
-            cluster.on(kind_event, record, kind=kind)
+            kube_api.on(kind_event, record, kind=kind)
     return seen
 
 
-def test_lease_taken_renewed_released_and_the_failure_on_the_node(cluster, cluster_env, tmp_path):
+def test_lease_taken_renewed_released_and_the_failure_on_the_node(kube_api, kube_env, tmp_path):
     """A good node: its Lease is taken before the cordon, renewed between steps, released at the end. A node
     that fails: released too, and the Node says why (annotation, Warning Event); the next good run clears it."""
-    fleet = Fleet(tmp_path, cluster, cluster_env)
-    cluster.seed(*device_plugin_daemonsets())
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    kube_api.seed(*device_plugin_daemonsets())
     fleet.add("node-a", "1xA100-SXM4-40GB", mig_node_config_file=CONFIG_FILE, mig_node_config_name="all-3g",
               mig_node_persist=False)
     bad = fleet.add("node-c", "1xA100-SXM4-40GB", mig_node_config_file=CONFIG_FILE, mig_node_config_name="all-3g",
                     mig_node_persist=False)
     sim.add_fault(bad, "nvmlDeviceCreateGpuInstanceWithPlacement", "INSUFFICIENT_RESOURCES")
-    seen = timeline(cluster)
+    seen = timeline(kube_api)
 
     proc = fleet.run(PLAYBOOK, dict(FAST, awx_job_id=4711))
     assert proc.recap["node-a"]["failed"] == 0 and proc.recap["node-c"]["failed"] == 1, output(proc)
@@ -81,61 +81,56 @@ def test_lease_taken_renewed_released_and_the_failure_on_the_node(cluster, clust
     assert a.count(("Lease", "modified", "gpuops-mig-node-a")) == 3       # mode, geometry, device plugin + validate
     assert a[-1] == ("Lease", "deleted", "gpuops-mig-node-a")             # released after the uncordon
     assert a[-2][:3] == ("Node", "success", "node-a")
-    assert cluster.find("Lease", "gpuops-mig-node-c") is None  # released after the failure too
+    assert kube_api.find("Lease", "gpuops-mig-node-c") is None            # released after the failure too
     assert ("Lease", "added", "gpuops-mig-node-c") in seen
-    lease_writes = [
-        r for r in cluster.requests
-        if "/leases" in r.path and r.method in ("PUT", "POST", "DELETE")
-    ]
+    lease_writes = [r for r in kube_api.requests if "/leases" in r.path and r.method in ("PUT", "POST", "DELETE")]
     assert {r.method for r in lease_writes} == {"POST", "PUT", "DELETE"}
 
     # The failure, on the Node: the annotation and a Warning Event.
-    node = cluster.get("Node", "node-c")
+    node = kube_api.get("Node", "node-c")
     assert node["metadata"]["labels"][STATE] == "failed"
     note = json.loads(node["metadata"]["annotations"][LAST_ERROR])
     assert note["step"] == "Apply the MIG geometry" and note["layout"] == "all-3g" and note["job"] == "4711"
     assert "insufficient resources" in note["message"].lower() and note["run"]
-    events = [
-        e for e in cluster.list("Event", "default") if e["involvedObject"]["name"] == "node-c"
-    ]
+    events = [e for e in kube_api.list("Event", "default") if e["involvedObject"]["name"] == "node-c"]
     assert [(e["reason"], e["type"]) for e in events] == [("MigReconfigureFailed", "Warning")]
     assert events[0]["involvedObject"]["kind"] == "Node" and note["run"] in events[0]["message"]
     assert "failed at 'Apply the MIG geometry'" in events[0]["message"]
-    assert LAST_ERROR not in (cluster.get("Node", "node-a")["metadata"].get("annotations") or {})
-    done = [e for e in cluster.list("Event", "default") if e["involvedObject"]["name"] == "node-a"]
+    assert LAST_ERROR not in (kube_api.get("Node", "node-a")["metadata"].get("annotations") or {})
+    done = [e for e in kube_api.list("Event", "default") if e["involvedObject"]["name"] == "node-a"]
     assert [(e["reason"], e["type"]) for e in done] == [("MigReconfigured", "Normal")]
 
     # Fixed: the next run succeeds, the annotation goes, a Normal Event supersedes the Warning.
     sim.clear_faults(bad)
     again = fleet.run(PLAYBOOK, FAST, limit="node-c")
     assert again.recap["node-c"]["failed"] == 0, output(again)
-    node = cluster.get("Node", "node-c")
+    node = kube_api.get("Node", "node-c")
     assert node["metadata"]["labels"][STATE] == "success" and LAST_ERROR not in (node["metadata"].get("annotations") or {})
-    events = sorted((e["reason"], e["type"]) for e in cluster.list("Event", "default")
+    events = sorted((e["reason"], e["type"]) for e in kube_api.list("Event", "default")
                     if e["involvedObject"]["name"] == "node-c")
     assert events == [("MigReconfigureFailed", "Warning"), ("MigReconfigured", "Normal")]
-    assert cluster.find("Lease", "gpuops-mig-node-c") is None
+    assert kube_api.find("Lease", "gpuops-mig-node-c") is None
 
 
-def test_a_held_node_is_refused_before_any_change_or_waited_for(cluster, cluster_env, tmp_path):
-    fleet = Fleet(tmp_path, cluster, cluster_env)
-    cluster.seed(*device_plugin_daemonsets())
+def test_a_held_node_is_refused_before_any_change_or_waited_for(kube_api, kube_env, tmp_path):
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    kube_api.seed(*device_plugin_daemonsets())
     fleet.add("node-a", "1xA100-SXM4-40GB", mig_node_config_file=CONFIG_FILE, mig_node_config_name="all-3g",
               mig_node_persist=False)
-    cluster.seed(foreign_lease("node-a", renewed_ago=5))
-    before = (fleet.digest("node-a"), json.dumps(cluster.get("Node", "node-a"), sort_keys=True),
-              json.dumps(cluster.get("Lease", "gpuops-mig-node-a"), sort_keys=True))
+    kube_api.seed(foreign_lease("node-a", renewed_ago=5))
+    before = (fleet.digest("node-a"), json.dumps(kube_api.get("Node", "node-a"), sort_keys=True),
+              json.dumps(kube_api.get("Lease", "gpuops-mig-node-a"), sort_keys=True))
 
     proc = fleet.run(PLAYBOOK, FAST)
     assert proc.recap["node-a"]["failed"] == 1, output(proc)
     assert "node-a: another MIG rollout holds this node: gpuops.mig run other-run on ctl-9" in proc.stdout, output(proc)
     assert "Nothing was changed on the node" in proc.stdout
-    assert (fleet.digest("node-a"), json.dumps(cluster.get("Node", "node-a"), sort_keys=True),
-            json.dumps(cluster.get("Lease", "gpuops-mig-node-a"), sort_keys=True)) == before
-    assert cluster.list("Event", "default") == []
+    assert (fleet.digest("node-a"), json.dumps(kube_api.get("Node", "node-a"), sort_keys=True),
+            json.dumps(kube_api.get("Lease", "gpuops-mig-node-a"), sort_keys=True)) == before
+    assert kube_api.list("Event", "default") == []
 
     # Waiting: the other rollout releases the node after a while, this one then takes it.
-    release = threading.Timer(4, cluster.delete, ("Lease", "gpuops-mig-node-a", "default"))
+    release = threading.Timer(4, kube_api.delete, ("Lease", "gpuops-mig-node-a", "default"))
     release.start()
     try:
         waited = fleet.run(PLAYBOOK, dict(FAST, mig_node_lease_wait=60))
@@ -143,28 +138,27 @@ def test_a_held_node_is_refused_before_any_change_or_waited_for(cluster, cluster
         release.cancel()
     assert waited.recap["node-a"]["failed"] == 0, output(waited)
     assert fleet.devices("node-a") == {0: LAYOUTS["all-3g"]}
-    assert cluster.find("Lease", "gpuops-mig-node-a") is None
+    assert kube_api.find("Lease", "gpuops-mig-node-a") is None
 
 
-def test_an_abandoned_lease_is_taken_over_and_said(cluster, cluster_env, tmp_path):
-    fleet = Fleet(tmp_path, cluster, cluster_env)
-    cluster.seed(*device_plugin_daemonsets())
+def test_an_abandoned_lease_is_taken_over_and_said(kube_api, kube_env, tmp_path):
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    kube_api.seed(*device_plugin_daemonsets())
     fleet.add("node-a", "1xA100-SXM4-40GB", mig_node_config_file=CONFIG_FILE, mig_node_config_name="all-3g",
               mig_node_persist=False)
-    # its run crashed 1 min ago
-    cluster.seed(foreign_lease("node-a", renewed_ago=120, duration=60))
+    kube_api.seed(foreign_lease("node-a", renewed_ago=120, duration=60))   # its run crashed 1 min ago
     proc = fleet.run(PLAYBOOK, FAST)
     assert proc.recap["node-a"]["failed"] == 0, output(proc)
     assert "node-a: took the lease over from gpuops.mig run other-run on ctl-9" in proc.stdout, output(proc)
     assert fleet.devices("node-a") == {0: LAYOUTS["all-3g"]}
-    assert cluster.find("Lease", "gpuops-mig-node-a") is None
+    assert kube_api.find("Lease", "gpuops-mig-node-a") is None
 
 
-def test_lock_file_without_kubernetes(cluster, cluster_env, tmp_path):
+def test_lock_file_without_kubernetes(kube_api, kube_env, tmp_path):
     """A host that is no Kubernetes node: the lock file refuses a second rollout, is taken over when stale,
     and is gone after the run."""
-    fleet = Fleet(tmp_path, cluster, cluster_env)
-    cluster.seed(*device_plugin_daemonsets())
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    kube_api.seed(*device_plugin_daemonsets())
     fleet.add("box-a", "1xA100-SXM4-40GB", kubernetes=False, mig_node_persist=False,
               mig_node_config_file=CONFIG_FILE, mig_node_config_name="all-3g")
     lock = fleet.dir / "box-a" / "run" / "gpuops-mig" / "lock"
@@ -198,18 +192,16 @@ def start_site(fleet, layout, name):
 
 
 @pytest.mark.parametrize("layouts", [("all-3g", "all-3g"), ("all-balanced", "all-3g")], ids=["same", "different"])
-def test_two_rollouts_at_once_leave_one_truthful_layout_per_node(
-    cluster, cluster_env, tmp_path, layouts
-):
+def test_two_rollouts_at_once_leave_one_truthful_layout_per_node(kube_api, kube_env, tmp_path, layouts):
     """Two site.yml runs started together on the same nodes: every node is changed by one of them only, and
     ends with the GPUs holding what its nvidia.com/mig.config label says, labelled success."""
-    fleet = Fleet(tmp_path, cluster, cluster_env)
-    cluster.seed(*device_plugin_daemonsets())
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    kube_api.seed(*device_plugin_daemonsets())
     nodes = ("node-1", "node-2", "node-3")
     for name in nodes:
         fleet.add(name, "1xA100-SXM4-40GB", mig_node_persist=False)
     fleet.env["ANSIBLE_DEPRECATION_WARNINGS"] = "0"
-    seen = timeline(cluster)
+    seen = timeline(kube_api)
     first, first_log = start_site(fleet, layouts[0], "run-a")
     second, second_log = start_site(fleet, layouts[1], "run-b")
     try:
@@ -221,7 +213,7 @@ def test_two_rollouts_at_once_leave_one_truthful_layout_per_node(
 
     truth = {}
     for name in nodes:
-        labels = cluster.get("Node", name)["metadata"]["labels"]
+        labels = kube_api.get("Node", name)["metadata"]["labels"]
         truth[name] = (labels.get(STATE), labels.get(CONFIG), fleet.devices(name))
     assert truth == dict((name, ("success", labels, {0: LAYOUTS[labels]}))
                          for name, (_state, labels, _devices) in truth.items()), logs
@@ -233,7 +225,7 @@ def test_two_rollouts_at_once_leave_one_truthful_layout_per_node(
         for start, end in zip(changes[0::2], changes[1::2]):
             assert start[0] == "pending" and end == ("success", start[1]), (name, changes, logs)
     for name in nodes:
-        assert cluster.find("Lease", "gpuops-mig-%s" % name) is None
+        assert kube_api.find("Lease", "gpuops-mig-%s" % name) is None
         # Between a Lease's take and its release, no second take.
         takes = [entry[1] for entry in seen if entry[0] == "Lease" and entry[2] == "gpuops-mig-%s" % name]
         assert takes.count("added") == takes.count("deleted") >= 1
@@ -249,27 +241,27 @@ def test_two_rollouts_at_once_leave_one_truthful_layout_per_node(
     assert recap(logs[0]) and recap(logs[1])
 
 
-def test_a_mig_manager_failure_on_the_node_and_its_clearing(cluster, cluster_env, tmp_path):
+def test_a_mig_manager_failure_on_the_node_and_its_clearing(kube_api, kube_env, tmp_path):
     """The GPU Operator's mig-manager path: the lease is released after the failure, and the Node carries why
     (annotation, Warning Event) until a later run succeeds."""
     from tests.integration.test_gpu_operator import FAST as OPERATOR_FAST, operator_fleet
-    fleet = operator_fleet(tmp_path, cluster, cluster_env, models=("1xA100-SXM4-40GB",))
+    fleet = operator_fleet(tmp_path, kube_api, kube_env, models=("1xA100-SXM4-40GB",))
     sim.add_fault(fleet.state_path("gpu-0"), "nvmlDeviceCreateGpuInstanceWithPlacement", "INSUFFICIENT_RESOURCES")
     failed = fleet.run(PLAYBOOK, dict(OPERATOR_FAST, mig_node_config_name="layout-b"))
     assert failed.recap["gpu-0"]["failed"] == 1 and "mig-manager failed" in failed.stdout, output(failed)
-    note = json.loads(cluster.get("Node", "gpu-0")["metadata"]["annotations"][LAST_ERROR])
+    note = json.loads(kube_api.get("Node", "gpu-0")["metadata"]["annotations"][LAST_ERROR])
     assert note["layout"] == "layout-b" and note["step"] == "Fail when mig-manager did not apply the layout", note
     assert "nvidia.com/mig.config.state=failed" in note["message"]
-    events = [(e["reason"], e["type"]) for e in cluster.list("Event", "default")
+    events = [(e["reason"], e["type"]) for e in kube_api.list("Event", "default")
               if e["involvedObject"]["name"] == "gpu-0"]
     assert events == [("MigReconfigureFailed", "Warning")]
-    assert cluster.find("Lease", "gpuops-mig-gpu-0") is None
+    assert kube_api.find("Lease", "gpuops-mig-gpu-0") is None
 
     sim.clear_faults(fleet.state_path("gpu-0"))
     again = fleet.run(PLAYBOOK, dict(OPERATOR_FAST, mig_node_config_name="layout-b"))
     assert again.recap["gpu-0"]["failed"] == 0, output(again)
-    assert LAST_ERROR not in (cluster.get("Node", "gpu-0")["metadata"].get("annotations") or {})
-    events = sorted((e["reason"], e["type"]) for e in cluster.list("Event", "default")
+    assert LAST_ERROR not in (kube_api.get("Node", "gpu-0")["metadata"].get("annotations") or {})
+    events = sorted((e["reason"], e["type"]) for e in kube_api.list("Event", "default")
                     if e["involvedObject"]["name"] == "gpu-0")
     assert events == [("MigReconfigureFailed", "Warning"), ("MigReconfigured", "Normal")]
-    assert cluster.find("Lease", "gpuops-mig-gpu-0") is None
+    assert kube_api.find("Lease", "gpuops-mig-gpu-0") is None
