@@ -77,9 +77,8 @@ def test_a_converged_node_left_owing_is_repaired_first(kube_api, kube_env, tmp_p
     assert labels["labels"][DCGM_EXPORTER] == "true" and labels["labels"][STATE] == "success"
     assert "gpuops.mig/owed" not in (labels.get("annotations") or {})
     assert not os.path.exists(owed_file)
-    assert [lease["spec"]["holderIdentity"] for lease in kube_api.list("Lease")] == [
-        ""
-    ]  # taken over, released
+    # Taken over, then released: kept, naming no holder (the fleet's too).
+    assert [lease["spec"]["holderIdentity"] for lease in kube_api.list("Lease")] == ["", ""]
     assert "took the lease over from gpuops.mig run 20261125T080000Z-dead on ctl" in out
     # The device plugin owed its restart: a new pod.
     assert [p["metadata"]["uid"] for p in kube_api.list("Pod", "nvidia-device-plugin")
