@@ -23,6 +23,7 @@ import traceback
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import merge_hash
 
+from ansible_collections.gpuops.mig.plugins.module_utils._k8s_api import bounded
 from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import cluster_read_spec, read_cluster
 from ansible_collections.gpuops.mig.plugins.plugin_utils._node_decision import operator_view
 
@@ -75,7 +76,8 @@ class ActionModule(ActionBase):
         os.environ.update((str(key), str(value)) for key, value in environment.items())
         auth = dict((name, params[name]) for name in client["auth_spec"] if params.get(name) is not None)
         try:
-            service = client["service"](client["get_api_client"](**auth), None)
+            # Each request with a timeout and retries (module_utils/_k8s_api.py).
+            service = client["service"](bounded(client["get_api_client"], **auth), None)
             result.update(read_cluster(service, params), changed=False)
         except client["error"] as e:
             return dict(result, failed=True, msg=str(e), exception="".join(traceback.format_exception(e)))

@@ -20,6 +20,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _k8s_objects as k8s_objects
+from ansible_collections.gpuops.mig.plugins.module_utils import _lease as lease
 from ansible_collections.gpuops.mig.plugins.module_utils import _migparted as migparted
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError, GpuopsError, RefusedError
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _layout_source as layout_source
@@ -77,6 +78,12 @@ def options_from_role(host, args, role_vars, given):
         if value in layout_source.UNSET:
             value = ARGUMENT_SPEC[option].get("default")
         args[option] = value
+    problem = lease.settings_problem(host, int(role_vars.get("mig_node_lease_duration", 3600)),
+                                     int(role_vars.get("mig_node_lease_wait", 0)), 1,
+                                     role_vars.get("mig_node_lease_namespace"),
+                                     not role_vars["mig_node_kubernetes"])
+    if problem:       # checked here, before any node changes, not only when a lease is taken
+        raise RefusedError(problem)
     if "restore" not in given and role_vars.get("mig_node_persist"):
         args["restore"] = dict((option, role_vars.get(name)) for option, name in RESTORE_OPTIONS)
         args["restore"]["python"] = args["restore"]["python"] or None
@@ -188,7 +195,8 @@ class ActionModule(ActionBase):
                 "drain": args["drain"] if args["kubernetes"] else "none", "lease": args["lease"],
                 "configmap": layout.pop("configmap"), "configmap_explicit": bool(args["configmap"]),
                 "partitioner": args["dynamic_partitioner"], "take_back": args["dynamic_take_back"],
-                "daemonsets": args["daemonsets"]})
+                "daemonsets": args["daemonsets"], "gpu_clients": args["gpu_clients"],
+                "operand_components": args["operand_components"]})
             result["sharing"] = sharing_plan(host, args, info, layout, decision)
         except GpuopsError as e:   # a refusal, or sharing's and plain()'s errors
             return dict(result, failed=True, msg=str(e))

@@ -11,6 +11,7 @@ import secrets
 import socket
 
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_records as records
+from ansible_collections.gpuops.mig.plugins.plugin_utils._filter_errors import as_filter
 
 
 def rollout_identity(given):
@@ -26,7 +27,7 @@ def owed_annotations(run, services=(), operands=None, device_plugin=False):
 class FilterModule(object):
     def filters(self):
         return {
-            "mig_rollout_identity": rollout_identity,
+            "mig_rollout_identity": as_filter(rollout_identity, records.IdentityError),
             "mig_node_failure": records.node_failure,
             "mig_node_success": records.node_success,
             "mig_clients_to_pause": records.clients_to_pause,

@@ -2,7 +2,7 @@
 # Copyright: Contributors to the gpuops.mig collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""The filter that sizes the roles' waits (logic in plugin_utils/_waits.py)."""
+"""The filters that size the roles' waits and retries (logic in plugin_utils/_waits.py)."""
 
 from __future__ import annotations
 
@@ -15,4 +15,5 @@ class FilterModule(object):
     def filters(self):
         return {
             "mig_retries": as_filter(waits.retries, RefusedError),
+            "mig_api_settled": waits.api_settled,
         }

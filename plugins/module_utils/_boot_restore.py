@@ -137,7 +137,10 @@ def unit_text(python: str, script: str, desired_path: str, engine_dir: str, befo
     if container_driver:
         lines.append("TimeoutStartSec=infinity")
     lines += [
-        "ExecStart=%s %s --desired %s --engine-dir %s" % (python, script, desired_path, engine_dir),
+        # -I (isolated): no PYTHON* variables, no user site-packages, no script directory on
+        # the path.
+        "ExecStart=%s -I %s --desired %s --engine-dir %s"
+        % (python, script, desired_path, engine_dir),
         "",
         "[Install]",
         "WantedBy=multi-user.target",
@@ -323,7 +326,78 @@ def unsafe_interpreter(python: str, uid: int) -> str | None:
         return "the interpreter %s cannot be used: %s" % (python, e.strerror)
     if not stat.S_ISREG(st.st_mode) or not st.st_mode & 0o111:
         return "the interpreter %s is not an executable file" % python
-    return _who_can_change(path, st, uid)
+    return _who_can_change(path, st, uid) or unsafe_import_path(python, uid)
+
+
+# What the interpreter imports from: its sys.path without site processing (-S: no .pth file
+# runs while asking) and the site-packages that site adds at boot, a virtual environment's
+# included. os and site are frozen in the interpreter (3.11+), so asking reads no module from a
+# directory not yet checked.
+_PATH_PROBE = ("import os, site, sys\n"
+               "d = os.path.dirname(sys.executable)\n"
+               "venv = [p for p in (d, os.path.dirname(d))\n"
+               "        if os.path.exists(os.path.join(p, 'pyvenv.cfg'))]\n"
+               "prefixes = venv + [sys.prefix, sys.exec_prefix]\n"
+               "print(repr([p for p in sys.path if p] + site.getsitepackages(prefixes)))")
+
+
+def import_path(python: str) -> list[str]:
+    """The directories (and zip files) the interpreter imports from at boot, site-packages
+    included."""
+    import ast
+    proc = subprocess.run([python, "-I", "-S", "-c", _PATH_PROBE], capture_output=True, text=True,
+                          timeout=60, check=False)
+    if proc.returncode != 0:
+        raise errors.RefusedError("The interpreter %s could not say where it imports from: %s"
+                                  % (python, (proc.stderr or proc.stdout).strip()[-300:]))
+    seen = []
+    for entry in ast.literal_eval(proc.stdout.strip()):
+        if entry not in seen:
+            seen.append(entry)
+    return seen
+
+
+def _pth_dirs(site_dir, name):
+    """The directories a .pth file adds to the path (its lines neither comments nor imports)."""
+    with open(os.path.join(site_dir, name)) as handle:
+        lines = [line.strip() for line in handle]
+    return [os.path.join(site_dir, line) for line in lines
+            if line and not line.startswith("#") and not line.startswith(("import ", "import\t"))]
+
+
+def unsafe_import_path(python: str, uid: int) -> str | None:
+    """Why another user than root and uid could change what the interpreter imports at boot (a
+    directory on its path or above one, a site-packages directory, a .pth file in one or a
+    directory such a file adds), or None."""
+    try:
+        entries = import_path(python)
+    except (OSError, ValueError, SyntaxError, subprocess.SubprocessError) as e:
+        return "the interpreter %s could not say where it imports from (%s)" % (python, e)
+    except errors.RefusedError as e:
+        return str(e)
+    pending, seen = list(entries), set(entries)
+    while pending:
+        entry = pending.pop(0)
+        if os.path.isfile(entry):           # a zip on the path (pythonXY.zip)
+            why = (unsafe_directories(os.path.dirname(entry), uid)
+                   or _who_can_change(entry, os.stat(entry), uid))
+        else:
+            why = unsafe_directories(entry, uid)
+        if why:
+            return why
+        if not os.path.isdir(entry):
+            continue
+        for name in sorted(os.listdir(entry)):
+            if not name.endswith(".pth"):
+                continue
+            pth = os.path.join(entry, name)
+            why = _who_can_change(pth, os.stat(pth), uid)
+            if why:
+                return "%s, a .pth file Python runs at start-up" % why
+            added = [d for d in _pth_dirs(entry, name) if d not in seen]
+            seen.update(added)
+            pending += added
+    return None
 
 
 def refuse_unsafe(files: Mapping[str, tuple[str, int]], paths: Mapping[str, str], python: str | None,

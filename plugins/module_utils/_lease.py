@@ -122,9 +122,29 @@ def decide(state: str, current: Mapping[str, Any] | None, holder: Mapping[str, A
     return LOST if state == "renewed" else REFUSE
 
 
+def settings_problem(node: str, duration: int, wait: int, wait_delay: int, namespace: str | None,
+                     lock_file: bool = False) -> str | None:
+    """What is wrong with a lease's settings, or None; checked when the lease is taken and, for the
+    role, in the node's preview, before any node is changed."""
+    if namespace == "kube-node-lease" and not lock_file:
+        return ("%s: namespace kube-node-lease holds the kubelets' heartbeats; choose another "
+                "(mig_node_lease_namespace). Nothing was changed." % node)
+    if duration < 1 or wait < 0 or wait_delay < 1:
+        return ("%s: duration and wait_delay must be at least 1 and wait at least 0 (got %d, "
+                "%d, %d; mig_node_lease_duration, mig_node_lease_wait). Nothing was changed."
+                % (node, duration, wait_delay, wait))
+    return None
+
+
 def held_message(node: str, current: Mapping[str, Any], waited: int = 0) -> str:
     """The refusal: the node, who holds it and since when, and what to do."""
     waited_text = " after waiting %d s" % waited if waited else ""
+    if not (current.get("holder") or {}).get("run_id"):
+        return ("%s: the node's lease is held%s by %s, which is not a gpuops.mig rollout (its "
+                "Lease carries no gpuops.mig/lease-run-id). Nothing was changed on the node. Find "
+                "out who wrote it; a gpuops.mig run takes it only once it has not been renewed "
+                "for its duration."
+                % (node, waited_text, describe(current)))
     return ("%s: another MIG rollout holds this node%s: %s. Nothing was changed on the node. Run again when "
             "it is done, wait for it with mig_node_lease_wait, or, if that run is gone, the lease is taken "
             "over once it has not been renewed for its duration." % (node, waited_text, describe(current)))

@@ -221,13 +221,15 @@ from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import An
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s.exceptions import CoreException
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s.service import K8sService
 
+from ansible_collections.gpuops.mig.plugins.module_utils._k8s_api import bounded
 from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import cluster_read_spec, read_cluster
 
 
 def main():
     module = AnsibleK8SModule(module_class=AnsibleModule, argument_spec=cluster_read_spec(AUTH_ARG_SPEC), supports_check_mode=True)
     try:
-        service = K8sService(get_api_client(module), module)
+        # Each request with a timeout and retries (module_utils/_k8s_api.py).
+        service = K8sService(bounded(get_api_client, module), module)
         module.exit_json(changed=False, **read_cluster(service, module.params))
     except CoreException as err:
         module.fail_from_exception(err)

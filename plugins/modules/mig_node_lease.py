@@ -53,8 +53,10 @@ options:
         when this run holds it already. Fails when another rollout holds it (after O(wait)).
       - V(renewed) renews this run's hold (takes it when nothing holds the node). Fails when another rollout took
         it over meanwhile.
-      - V(released) releases this run's hold (deletes the Lease or the lock file). A hold of another run is left
-        alone.
+      - V(released) releases this run's hold: the Lease is kept with an empty
+        C(spec.holderIdentity) (as client-go's leader election releases one) and its
+        C(gpuops.mig/lease-*) annotations naming this run, the last holder; the lock file is
+        deleted. A hold of another run is left alone.
     type: str
     required: true
     choices: [acquired, renewed, released]
@@ -183,6 +185,7 @@ from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import An
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _lease
 from ansible_collections.gpuops.mig.plugins.module_utils._common import fail_from
+from ansible_collections.gpuops.mig.plugins.module_utils._k8s_api import bounded
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError
 
 LEASE_OPTIONS = dict(
@@ -213,7 +216,7 @@ class LeaseStore(object):
         from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
 
         module.requires("kubernetes")
-        self.client = get_api_client(module)
+        self.client = bounded(get_api_client, module)      # a timeout and retries on each call
         self.api = self.client.resource("Lease", "coordination.k8s.io/v1")
         self.name, self.namespace = name, namespace
 
@@ -236,10 +239,13 @@ class LeaseStore(object):
         try:
             if action == _lease.CREATE:
                 self.api.create(body=obj, namespace=self.namespace)
-            elif action == _lease.RELEASE:
-                self.api.delete(name=self.name, namespace=self.namespace,
-                                body={"preconditions": {"resourceVersion": current["resource_version"]}})
             else:
+                # Released as client-go's leader election releases: the Lease kept, its
+                # holderIdentity emptied; its annotations keep naming the last holder, which is
+                # what ties an owed record on the Node to the run that held the node
+                # (plugin_utils/_node_records.py, owed_problems).
+                if action == _lease.RELEASE:
+                    obj["spec"]["holderIdentity"] = ""
                 obj["metadata"]["resourceVersion"] = current["resource_version"]
                 self.api.replace(body=obj, name=self.name, namespace=self.namespace)
         except (ConflictError, NotFoundError):
@@ -349,13 +355,11 @@ def main():
                               check_k8s=False, check_pyyaml=False)
     params = module.params
     name = params["name"] or "gpuops-mig-%s" % params["node"]
-    if params["namespace"] == "kube-node-lease" and not params["lock_file"]:
-        module.fail_json(msg="%s: namespace kube-node-lease holds the kubelets' heartbeats; choose another "
-                             "(mig_node_lease_namespace). Nothing was changed." % params["node"])
-    if params["duration"] < 1 or params["wait"] < 0 or params["wait_delay"] < 1:
-        module.fail_json(msg="%s: duration and wait_delay must be at least 1 and wait at least 0 (got %d, %d, %d). "
-                             "Nothing was changed." % (params["node"], params["duration"], params["wait_delay"],
-                                                       params["wait"]))
+    problem = _lease.settings_problem(params["node"], params["duration"], params["wait"],
+                                      params["wait_delay"], params["namespace"],
+                                      bool(params["lock_file"]))
+    if problem:
+        module.fail_json(msg=problem)
     try:
         if params["lock_file"]:
             store = LockFileStore(params["lock_file"], params["duration"])

@@ -57,7 +57,8 @@ options:
         C(mig_node_driver_root), C(mig_node_drain), C(mig_node_read_allocations), C(mig_node_pod_resources_socket),
         C(mig_node_owed_file), C(mig_node_sharing), C(mig_node_device_plugin_config_map),
         C(mig_node_device_plugin_config_namespace), C(mig_node_device_plugin_config_name),
-        C(mig_node_dynamic_partitioner), C(mig_node_dynamic_take_back), and O(restore) from
+        C(mig_node_dynamic_partitioner), C(mig_node_dynamic_take_back), C(mig_node_gpu_clients),
+        C(mig_node_operand_components), and O(restore) from
         C(mig_node_persist*) and C(mig_node_reset_gpus)); an empty string counts as not set.
       - The role's own task uses it, so that the role's variables are templated once per node, for the check and
         the settings together.
@@ -214,7 +215,29 @@ options:
     description:
       - The node's Lease (C(gpuops-mig-<node>), as M(gpuops.mig.mig_cluster_info) reads it), if any. One whose
         holder stopped renewing it is released by this run (the decision's C(steady_work) has C(lease)).
+      - An owed record (C(gpuops.mig/owed)) on a Kubernetes node is acted on only when its run is
+        the one this Lease names (its holder, or its last holder once released); else the node is
+        refused.
     type: dict
+  gpu_clients:
+    description:
+      - The host services a rollout stops (C(mig_node_gpu_clients)). An owed record that names
+        another service refuses the node; nothing in it is started.
+    type: list
+    elements: str
+    default: [nvsm.service, nvsm-mqtt.service, nvsm-core.service, nvsm-api-gateway.service,
+              nvsm-notifier.service, nv_peer_mem.service, nvidia-dcgm.service, dcgm.service,
+              dcgm-exporter.service]
+    version_added: 0.2.0
+  operand_components:
+    description:
+      - The C(nvidia.com/gpu.deploy.*) components a rollout pauses
+        (C(mig_node_operand_components)). An owed record that names another label refuses the
+        node; no label in it is set.
+    type: list
+    elements: str
+    default: [device-plugin, gpu-feature-discovery, dcgm-exporter, dcgm, nvsm, client]
+    version_added: 0.2.0
   dra_allocations:
     description:
       - Where NVIDIA's DRA driver serves the node, which pod holds which device from its ResourceClaims, as

@@ -80,6 +80,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
 
+from ansible_collections.gpuops.mig.plugins.module_utils._k8s_api import bounded
 from ansible_collections.gpuops.mig.plugins.module_utils._node_status import removal_patch
 
 # Patches refused because the Node's status changed after it was read, before giving up.
@@ -116,7 +117,8 @@ def main():
     try:
         from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
         module.requires("kubernetes")
-        nodes = get_api_client(module).resource("Node", "v1")
+        # Each request with a timeout and retries (module_utils/_k8s_api.py).
+        nodes = bounded(get_api_client, module).resource("Node", "v1")
         removed, kept = remove_stale(nodes, name, resources, module.check_mode)
     except Exception as err:  # the client's API errors (404, 403, 5xx, no connection), phrased for a person
         module.fail_json(msg="Node %s: the stale resources %s could not be removed from its status: %s. "

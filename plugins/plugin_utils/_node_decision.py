@@ -410,7 +410,8 @@ def _decide(info, node, operator, settings):
             wanted[LABEL_STATE] = "success"
         decision["converged_labels"] = dict((k, v) for k, v in wanted.items() if labels.get(k) != v)
     # A converged node with none of these is finished by its preview alone (site.yml skips its steady pass).
-    decision["repair"] = repair_plan(node, host, path, validate=True, info=info)
+    decision["repair"] = repair_plan(node, host, path, validate=True, info=info,
+                                     bounds=owed_bounds(settings, operator, node))
     decision["drain"] = decision["drain"] if dynamic else \
         (_drain_preview(settings, info, path, host) if path != "converged" else None)
     decision["mig_manager_failure_hint"] = mounted_config_hint(operator, node, settings["config_label"]) \
@@ -486,7 +487,8 @@ def left_alone(node: Mapping[str, Any] | None, operator: Mapping[str, Any] | Non
     it is): converged, no labels, no boot-time restore; only a cordon an earlier failed run left is lifted."""
     host = settings["host"]
     cordoned = settings.get("cordoned_annotation", "") in _annotations(node)
-    repair = repair_plan(node, host, "converged", validate=False, info=settings.get("info"))
+    repair = repair_plan(node, host, "converged", validate=False, info=settings.get("info"),
+                         bounds=owed_bounds(settings, operator, node))
     return {
         "path": "converged", "mode_change": False, "geometry_change": False, "wants_mig": False,
         "operator_mode": "none", "strategy": effective_strategy(settings.get("strategy"), operator, host),
@@ -510,20 +512,39 @@ def abandoned_lease(lease: Mapping[str, Any] | None, now: datetime.datetime | No
     return bool(record["holder_identity"]) and _lease.expired(record, now or _lease.utc_now())
 
 
+def owed_bounds(settings: Mapping[str, Any], operator: Mapping[str, Any] | None,
+                node: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What an owed record may ask of this run (_node_records.owed_bounds): the configured GPU
+    clients, the operand components (a GPUCluster's too) and the node's Lease as read before this
+    run took it."""
+    components = list(settings.get("operand_components") or ())
+    if (operator or {}).get("gpu_cluster"):
+        components += GPU_CLUSTER_CLIENTS
+    return _node_records.owed_bounds(settings.get("gpu_clients"), components,
+                                     settings.get("lease"), kubernetes=node is not None)
+
+
 def repair_plan(node: Mapping[str, Any] | None, host: str, path: str, validate: bool,
-                info: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                info: Mapping[str, Any] | None = None,
+                bounds: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What the node's owed record (gpuops.mig/owed, left by a run that did not finish) asks this run to put
     right first, once it holds the node's lease (roles/mig_node/tasks/repair.yml); {} when nothing is owed.
 
+    The record is an instruction anyone who may patch the Node could write: only what `bounds`
+    (owed_bounds) allows is acted on, and anything else refuses the node, for a person to look at.
     A node about to change keeps the device-plugin restart owed (its own change restarts the plugin); a
     converged node gets it now, validated when `validate` (the node has a declared layout to check)."""
     try:
         # Outside Kubernetes (no Node) the record is a file on the host, read by mig_node_info.
         owed_file = (info or {}).get("owed") or {}
-        record = _node_records.read_owed(node, owed_file.get("text"), owed_file.get("path"))
+        bounds = bounds or _node_records.owed_bounds((), (), None)
+        record = _node_records.trusted_owed(node, bounds, owed_file.get("text"),
+                                            owed_file.get("path"))
     except _node_records.OwedRecordError as exc:
-        raise RefusedError("%s: %s. Nothing was changed. Check the node's host GPU services and its "
-                           "nvidia.com/gpu.deploy.* labels by hand, then remove the record." % (host, exc))
+        raise RefusedError("%s: %s. Nothing was changed and nothing it names was started or "
+                           "relabelled. Check the node's host GPU services and its "
+                           "nvidia.com/gpu.deploy.* labels by hand, then remove the record."
+                           % (host, exc))
     if not record:
         return {}
     restart = record["device_plugin"] and path == "converged"
@@ -534,8 +555,10 @@ def repair_plan(node: Mapping[str, Any] | None, host: str, path: str, validate: 
         # The interrupted run may have changed the GPUs and died before /dev/nvidia-caps and the CDI spec
         # followed; a node about to change gets both from its own change.
         "devices": path == "converged",
-        # The annotation once this run's repair is done: what is still owed, or removed.
-        "left": _node_records.owed_annotations(_node_records.settled(record, *now_done)),
+        # What is still owed once this run's repair is done (services, operands, device_plugin);
+        # repair.yml records it as this run's, which holds the lease now.
+        "left": dict((part, _node_records.settled(record, *now_done).get(part, empty))
+                     for part, empty in zip(_node_records.OWED_PARTS, ([], {}, False))),
         "message": "%s; this run puts that right before anything else" % _node_records.describe_owed(record),
     }
 

@@ -14,9 +14,12 @@ import json
 import re
 from typing import Any, Iterable, Mapping
 
+from ansible_collections.gpuops.mig.plugins.module_utils import _lease
 from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import (
     ANNOTATION_LAST_ERROR as LAST_ERROR_ANNOTATION,
     ANNOTATION_RUN_ID,
+    LABEL_DEPLOY_PREFIX,
+    PAUSED_VALUE,
 )
 
 OWED_ANNOTATION = "gpuops.mig/owed"           # what a run must put back (see "repair first" below)
@@ -36,15 +39,31 @@ def _stamp(now):
     return now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+# A run ID and a job ID end up in Lease and Node annotations, Event names and messages: one short
+# token.
+RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,62}$")
+JOB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+class IdentityError(ValueError):
+    """A run or job ID that is no short token (a newline, 10 kB, a space)."""
+
+
 def rollout_identity(given: Mapping[str, Any], environ: Mapping[str, str], hostname: str,
                      now: datetime.datetime | None = None, token: str = "") -> dict[str, str]:
     """Who this rollout is, once per run: run ID (given['run_id'], else the start time and `token`), the
     controller host, the AWX job ID (given['job_id'] from the awx_job_id/tower_job_id extra vars, else the
-    JOB_ID or AWX_JOB_ID environment variable of an AWX job) and the start time."""
+    JOB_ID or AWX_JOB_ID environment variable of an AWX job) and the start time. A run or job ID
+    that is not one token of at most 63 letters, digits and ._:+- raises IdentityError."""
     now = _utc(now)
     given = given or {}
     run_id = str(given.get("run_id") or "") or "%s-%s" % (now.strftime("%Y%m%dT%H%M%SZ"), token)
     job_id = str(given.get("job_id") or "") or environ.get("JOB_ID") or environ.get("AWX_JOB_ID") or ""
+    for what, value, pattern in (("run ID (gpuops_mig_run_id)", run_id, RUN_ID_PATTERN),
+                                 ("job ID (awx_job_id, JOB_ID)", str(job_id), JOB_ID_PATTERN)):
+        if value and not pattern.match(value):
+            raise IdentityError("the %s %s is not one token of at most 63 letters, digits and "
+                                "._:+- ; nothing was changed" % (what, json.dumps(value)[:80]))
     return dict(run_id=run_id, controller=hostname, job_id=str(job_id), started=_stamp(now))
 
 
@@ -204,6 +223,67 @@ def read_owed(node: Mapping[str, Any] | None, host_record: str | None = None,
                               % ("annotation " + OWED_ANNOTATION if node else "file " + (where or "?"),
                                  json.dumps(text)[:120]))
     return settled(record)   # normalised: every part present, {} when nothing is owed
+
+
+# Label values as the API server accepts them (k8s.io/apimachinery validation IsValidLabelValue).
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def _unit(name: str) -> str:
+    return name if "." in name else name + ".service"
+
+
+def owed_bounds(gpu_clients: Iterable[str] | None, operand_components: Iterable[str] | None,
+                lease: Mapping[str, Any] | None, kubernetes: bool = True) -> dict[str, Any]:
+    """What a record may ask a run to put back: the host services of mig_node_gpu_clients, the
+    operand labels of the components the collection pauses, and (on a Kubernetes node) only for the
+    run that the node's Lease (as read before this run takes it; a released one keeps its last
+    holder) names."""
+    holder = _lease.from_lease(lease)["holder"]["run_id"] if lease else ""
+    return {"services": sorted(set(_unit(n) for n in gpu_clients or ())),
+            "operands": sorted(set(LABEL_DEPLOY_PREFIX + c for c in operand_components or ())),
+            "kubernetes": bool(kubernetes), "lease_run": holder, "lease_seen": bool(lease)}
+
+
+def owed_problems(record: Mapping[str, Any], bounds: Mapping[str, Any]) -> list[str]:
+    """Why a well-formed record (read_owed) is still not one to act on ([] when it is): a service
+    outside the GPU clients, a label outside the paused operand labels or a value the API would not
+    take, or a run that never held the node's lease."""
+    problems = []
+    services = [s for s in record.get("services") or () if s not in bounds["services"]]
+    if services:
+        problems.append("service(s) %s are not among mig_node_gpu_clients"
+                        % ", ".join(services)[:200])
+    labels = [k for k in sorted(record.get("operands") or {}) if k not in bounds["operands"]]
+    if labels:
+        problems.append("label(s) %s are not operand labels gpuops.mig pauses "
+                        "(mig_node_operand_components)" % ", ".join(labels)[:200])
+    values = [k for k, v in sorted((record.get("operands") or {}).items()) if k not in labels
+              and (len(v) > 63 or not LABEL_VALUE.match(v) or v == PAUSED_VALUE)]
+    if values:
+        problems.append("label(s) %s would get back a value no run recorded" % ", ".join(values))
+    run = record.get("run") or ""
+    if not RUN_ID_PATTERN.match(run):
+        problems.append("it names no run ID")
+    elif bounds["kubernetes"] and not bounds["lease_seen"]:
+        problems.append("its run %s holds no lease on the node (no Lease gpuops-mig-<node>)" % run)
+    elif bounds["kubernetes"] and run != bounds["lease_run"]:
+        problems.append("its run %s never held the node's lease (the Lease names run %s)"
+                        % (run, bounds["lease_run"] or "none"))
+    return problems
+
+
+def trusted_owed(node: Mapping[str, Any] | None, bounds: Mapping[str, Any],
+                 host_record: str | None = None,
+                 where: str | None = None) -> dict[str, Any] | None:
+    """read_owed, then owed_problems: a record a run may act on, or OwedRecordError saying why."""
+    record = read_owed(node, host_record, where)
+    problems = owed_problems(record, bounds) if record else []
+    if problems:
+        where = "annotation " + OWED_ANNOTATION if node else "file " + (where or "?")
+        raise OwedRecordError("the %s asks for what gpuops.mig does not put back: %s"
+                              % (where, "; ".join(problems)))
+    return record
 
 
 def describe_owed(record: Mapping[str, Any]) -> str:

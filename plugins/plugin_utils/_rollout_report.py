@@ -15,12 +15,25 @@ KEYS = ("node", "outcome", "path", "mode_changes", "destroyed", "created", "evic
 
 def node_report(decision: Mapping[str, Any] | None, mode: Mapping[str, Any] | None = None,
                 geometry: Mapping[str, Any] | None = None, rebooted: bool = False, started: Any = None,
-                outcome: str | None = None, evicted: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+                outcome: str | None = None, evicted: Sequence[Mapping[str, Any]] | None = None,
+                left: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """One node's row: outcome converged/changed/failed/repaired, GPUs whose mode changed, devices destroyed and
-    created, pods evicted (evicted: the drain's pods, each {"pod", "reasons"}; None: no drain ran)."""
+    created, pods evicted (evicted: the drain's pods, each {"pod", "reasons"}; None: no drain ran).
+
+    left: the pods to evict still on the node after the drain (Pod objects; None: not checked).
+    Only pods seen gone count as evicted: after a failed drain the others are listed as still on
+    the node (not_evicted, a key only then), every one of them when the drain failed before the
+    check."""
     plans = [g.get("plan") or {} for g in (geometry or {}).get("gpus") or []]
     changed_modes = [g for g in (mode or {}).get("gpus") or [] if g.get("changed")]
-    return {
+    still = []
+    if evicted is not None and (left or (left is None and outcome == "failed")):
+        names = None if left is None else set(
+            "%s/%s" % ((p.get("metadata") or {}).get("namespace"),
+                       (p.get("metadata") or {}).get("name")) for p in left)
+        still = [e.get("pod") for e in evicted if names is None or e.get("pod") in names]
+        evicted = [e for e in evicted if e.get("pod") not in still]
+    row = {
         "outcome": outcome or ("converged" if (decision or {}).get("path") == "converged" else "changed"),
         "path": (decision or {}).get("path"),
         "mode_changes": len(changed_modes),
@@ -32,6 +45,9 @@ def node_report(decision: Mapping[str, Any] | None, mode: Mapping[str, Any] | No
         "reboots": 1 if rebooted else 0,
         "seconds": _seconds_since(started),
     }
+    if still:
+        row["not_evicted"] = still
+    return row
 
 
 def _seconds_since(started):
@@ -131,6 +147,9 @@ def fleet_summary(reports: Mapping[str, Mapping[str, Any] | None], hosts: Sequen
     reasons += ["%s evicted %s" % (row["node"], ", ".join("%s (%s)" % (e["pod"], ", ".join(e["reasons"]))
                                                           for e in row["evicted_pods"]))
                 for row in rows if row.get("evicted_pods")]
+    reasons += ["%s: not evicted, still on the node (the drain did not finish): %s"
+                % (row["node"], ", ".join(row["not_evicted"]))
+                for row in rows if row.get("not_evicted")]
     converged = [row["node"] for row in rows if row["outcome"] == "converged"]
     if len(converged) > LIST_CONVERGED:   # the table lists what happened; the converged nodes in one line
         shown = table([row for row in rows if row["outcome"] != "converged"])

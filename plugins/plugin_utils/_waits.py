@@ -2,12 +2,14 @@
 # Copyright: Contributors to the gpuops.mig collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""How many polls a role's wait makes: its timeout over its delay, rounded up, at least one."""
+"""How many polls a role's wait makes: its timeout over its delay, rounded up, at least one; and
+whether a Kubernetes call that failed is worth another try."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+import re
+from typing import Any, Mapping
 
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import RefusedError
 from ansible_collections.gpuops.mig.plugins.plugin_utils._plain import describe
@@ -34,3 +36,27 @@ def retries(timeout: Any, delay: Any) -> int:
     if delay_s == 0:
         raise RefusedError("the wait's delay must be more than 0 seconds, got %s" % describe(delay))
     return max(int(math.ceil(timeout_s / delay_s)), 1)
+
+
+# A Kubernetes call's failure that another try may not meet: the API server's 5xx or 429 (as
+# kubernetes.core's result's status, or "(503)" in a message), a timeout, or a connection that
+# failed or broke.
+_TRANSIENT = re.compile(r"\((429|5\d\d)\)|\b(429|5\d\d) (Internal Server Error|"
+                        r"Service Unavailable|Bad Gateway|Gateway Timeout|Too Many Requests)|"
+                        r"Max retries exceeded|timed out|[Tt]imeout|"
+                        r"Connection (refused|reset|aborted)|RemoteDisconnected|ProtocolError|"
+                        r"NewConnectionError|ServiceUnavailable|InternalError")
+
+
+def api_settled(result: Mapping[str, Any] | None) -> bool:
+    """Whether a Kubernetes task's result is final (an `until` stops): it succeeded, or it failed
+    for a reason a retry does not fix (404, 403, 409, 422, a bad definition). A 5xx or 429 answer,
+    a timeout or a broken connection is not final: the role tries again, a few times with a delay,
+    before it gives up."""
+    result = result or {}
+    if not result.get("failed"):
+        return True
+    status = result.get("status")
+    if isinstance(status, int) or (isinstance(status, str) and status.isdigit()):
+        return not (int(status) == 429 or int(status) >= 500)
+    return not _TRANSIENT.search("%s %s" % (result.get("msg") or "", result.get("reason") or ""))

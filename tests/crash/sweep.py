@@ -222,8 +222,12 @@ def cordon_problems(name, node, admin_cordoned=False):
 
 def leases_left(api):
     try:
-        leases = [lease["metadata"]["name"] for lease in api.list("Lease")
-                  if lease["metadata"]["name"].startswith("gpuops-mig")]
+        leases = [
+            lease["metadata"]["name"]
+            for lease in api.list("Lease")
+            if lease["metadata"]["name"].startswith("gpuops-mig")
+            and (lease.get("spec") or {}).get("holderIdentity")
+        ]  # a released one is kept, emptied
     except Exception:  # an emulator without Leases: nothing to leave behind
         leases = []
     return ["leases left: %s" % ", ".join(leases)] if leases else []

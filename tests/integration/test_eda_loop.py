@@ -226,7 +226,9 @@ def test_a_dry_run_round_changes_nothing_reports_an_unknown_profile_and_a_held_l
     assert fleet.devices("gpu-b") == {0: {}} and phase(kube_api, "wants-1g") == "Pending"
     state = json.loads((round_dir / "state.json").read_text())
     assert "last_change" not in state and state["unfinished"] == {}
-    assert kube_api.find("Lease", "gpuops-mig-demand-round") is None        # released
+    assert (
+        kube_api.get("Lease", "gpuops-mig-demand-round")["spec"]["holderIdentity"] == ""
+    )  # released
 
     held = foreign_lease("demand-round")
     kube_api.seed(held)

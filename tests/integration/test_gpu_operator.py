@@ -308,6 +308,11 @@ def test_a_gpu_cluster_node_gets_its_static_layout_from_the_collection(kube_api,
             "operands": {DRA_PLUGIN: "true", DCGM_DRA: "true"}, "device_plugin": True}
     kube_api.patch("Node", "gpu-0", {"metadata": {"labels": {DRA_PLUGIN: paused, DCGM_DRA: paused},
                                                   "annotations": {"gpuops.mig/owed": json.dumps(owed)}}})
+    # ... and the node's Lease, which names that run as its last holder (what ties the record to
+    # it).
+    kube_api.patch("Lease", "gpuops-mig-gpu-0",
+                   {"metadata": {"annotations": {"gpuops.mig/lease-run-id": owed["run"]}}},
+                   namespace="default")
     repaired = fleet.run("playbooks/site.yml", FAST)
     assert repaired.returncode == 0, output(repaired)
     assert "run 20261125T080000Z-dead, interrupted" in repaired.stdout, output(repaired)

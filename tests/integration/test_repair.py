@@ -47,10 +47,23 @@ def test_a_converged_node_left_owing_is_repaired_first(kube_api, kube_env, tmp_p
     with open(owed_file, "w") as handle:
         handle.write(record(services=["nvidia-dcgm.service"]))
     # ... and its hold on the node, no longer renewed.
-    kube_api.seed({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                   "metadata": {"name": "gpuops-mig-node-a", "namespace": "default"},
-                   "spec": {"holderIdentity": "gpuops.mig run 20261125T080000Z-dead on ctl", "leaseDurationSeconds": 20,
-                            "acquireTime": "2026-11-25T08:00:00.000000Z", "renewTime": "2026-11-25T08:00:00.000000Z"}})
+    kube_api.seed(
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": "gpuops-mig-node-a",
+                "namespace": "default",
+                "annotations": {"gpuops.mig/lease-run-id": "20261125T080000Z-dead"},
+            },
+            "spec": {
+                "holderIdentity": "gpuops.mig run 20261125T080000Z-dead on ctl",
+                "leaseDurationSeconds": 20,
+                "acquireTime": "2026-11-25T08:00:00.000000Z",
+                "renewTime": "2026-11-25T08:00:00.000000Z",
+            },
+        }
+    )
     plugin = [p["metadata"]["uid"] for p in kube_api.list("Pod", "nvidia-device-plugin")
               if p["spec"].get("nodeName") == "node-a"]
 
@@ -64,7 +77,8 @@ def test_a_converged_node_left_owing_is_repaired_first(kube_api, kube_env, tmp_p
     assert labels["labels"][DCGM_EXPORTER] == "true" and labels["labels"][STATE] == "success"
     assert "gpuops.mig/owed" not in (labels.get("annotations") or {})
     assert not os.path.exists(owed_file)
-    assert [lease["metadata"]["name"] for lease in kube_api.list("Lease")] == []    # taken over, then released
+    # Taken over, then released: kept, naming no holder (the fleet's too).
+    assert [lease["spec"]["holderIdentity"] for lease in kube_api.list("Lease")] == ["", ""]
     assert "took the lease over from gpuops.mig run 20261125T080000Z-dead on ctl" in out
     # The device plugin owed its restart: a new pod.
     assert [p["metadata"]["uid"] for p in kube_api.list("Pod", "nvidia-device-plugin")
@@ -83,3 +97,70 @@ def test_a_record_gpuops_did_not_write_stops_the_node(kube_api, kube_env, tmp_pa
     proc = fleet.run("playbooks/site.yml", FAST)
     assert proc.returncode != 0
     assert "node-a: the annotation gpuops.mig/owed is not a record gpuops.mig wrote" in proc.stdout
+
+
+FORGED = {
+    "services": ["sshd.service"],
+    "operands": {"node-role.kubernetes.io/control-plane": "true"},
+}
+
+
+@pytest.mark.parametrize(
+    "forged, lease_run, refused",
+    [
+        (
+            FORGED,
+            "20261125T080000Z-dead",
+            "service(s) sshd.service are not among mig_node_gpu_clients; label(s) "
+            "node-role.kubernetes.io/control-plane are not operand labels",
+        ),
+        (
+            {"services": ["nvidia-dcgm.service"]},
+            None,
+            "its run 20261125T080000Z-dead holds no lease on the node",
+        ),
+        (
+            {"services": ["nvidia-dcgm.service"]},
+            "someone-else",
+            "its run 20261125T080000Z-dead never held the node's lease "
+            "(the Lease names run someone-else)",
+        ),
+    ],
+)
+def test_a_forged_record_is_refused_and_nothing_in_it_runs(
+    kube_api, kube_env, tmp_path, forged, lease_run, refused
+):
+    """Anyone who may patch a Node (its kubelet too) can write gpuops.mig/owed: a record that asks
+    for a service outside mig_node_gpu_clients, a label outside the paused operand labels, or that
+    names a run the node's Lease never named, refuses the node; nothing it names is started or
+    labelled."""
+    fleet = Fleet(tmp_path, kube_api, kube_env)
+    node = fleet.add("node-a", "1xA30-24GB", mig_node_layouts=LAYOUT)
+    sim.set_host(node, add_clients=["nvidia-dcgm"])
+    assert fleet.run("playbooks/site.yml", FAST).returncode == 0
+    sim.set_host(node, remove_clients=["nvidia-dcgm"])
+    kube_api.patch(
+        "Node", "node-a", {"metadata": {"annotations": {"gpuops.mig/owed": record(**forged)}}}
+    )
+    if lease_run:
+        kube_api.patch(
+            "Lease",
+            "gpuops-mig-node-a",
+            {"metadata": {"annotations": {"gpuops.mig/lease-run-id": lease_run}}},
+            namespace="default",
+        )
+    else:
+        kube_api.delete("Lease", "gpuops-mig-node-a", namespace="default")
+    before = json.dumps(kube_api.get("Node", "node-a")["metadata"]["labels"], sort_keys=True)
+
+    proc = fleet.run("playbooks/site.yml", FAST)
+    assert proc.returncode != 0
+    assert (
+        "node-a: the annotation gpuops.mig/owed asks for what gpuops.mig does not put back"
+        in proc.stdout
+    )
+    assert refused in proc.stdout, proc.stdout[-3000:]
+    assert sim.load_state(node)["host"]["clients"] == []  # nvidia-dcgm not started either
+    after = kube_api.get("Node", "node-a")["metadata"]
+    assert json.dumps(after["labels"], sort_keys=True) == before
+    assert "gpuops.mig/owed" in after["annotations"]  # left for a person

@@ -102,6 +102,20 @@ def test_role_variables_outside_the_mig_node_role_are_refused():
             a.options_from_role("gpu-1", defaults(), outside, given={"role_variables": True})
 
 
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        ({"mig_node_lease_duration": 0}, "duration and wait_delay must be at least 1"),
+        ({"mig_node_lease_wait": -5}, "wait at least 0"),
+        ({"mig_node_lease_namespace": "kube-node-lease"}, "namespace kube-node-lease"),
+    ],
+)
+def test_lease_settings_are_checked_in_the_preview_before_any_change(bad, says):
+    """Not only when a lease is taken (after other nodes changed): the preview refuses them."""
+    with pytest.raises(RefusedError, match=says):
+        a.options_from_role("gpu-1", defaults(), role_vars(**bad), given={"role_variables": True})
+
+
 def test_mig_node_force_reaches_the_preview():
     """mig_node_force plans the node as mig_mode and mig_config will apply it (busy devices destroyed)."""
     assert a.ARGUMENT_SPEC["force"]["default"] is False

@@ -87,3 +87,32 @@ def test_times_parse_with_and_without_fraction():
     assert lease.parse_time("2026-01-01T12:00:00Z") == NOW
     assert lease.parse_time("2026-01-01T12:00:00+00:00") == NOW
     assert lease.parse_time("soon") is None and lease.parse_time(None) is None
+
+
+def test_a_stranger_s_lease_is_not_called_another_mig_rollout():
+    """A Lease gpuops.mig did not write (no gpuops.mig/lease-run-id) is named as someone else's."""
+    stranger = dict(held_by(THEM, 10), holder={}, holder_identity="kured on node-7")
+    text = lease.held_message("gpu-1", stranger)
+    assert text.startswith("gpu-1: the node's lease is held by kured on node-7 (holds it since")
+    assert "which is not a gpuops.mig rollout" in text and "another MIG rollout" not in text
+
+
+@pytest.mark.parametrize(
+    "settings, problem",
+    [
+        ((3600, 0, 5, "default"), None),
+        (
+            (0, 0, 5, "default"),
+            "duration and wait_delay must be at least 1 and wait at least 0 (got 0, 5, 0",
+        ),
+        ((60, -1, 5, "default"), "wait at least 0"),
+        (
+            (60, 0, 5, "kube-node-lease"),
+            "namespace kube-node-lease holds the kubelets' heartbeats",
+        ),
+    ],
+)
+def test_lease_settings_are_checked_on_their_own(settings, problem):
+    got = lease.settings_problem("gpu-1", *settings)
+    assert got is None if problem is None else problem in got
+    assert lease.settings_problem("gpu-1", 60, 0, 5, "kube-node-lease", lock_file=True) is None

@@ -259,3 +259,45 @@ def test_a_module_planted_in_the_engine_dir_is_removed(sim_host, run_module, nod
     assert again["changed"] is True and again["written"] == []
     assert again["removed"] == [str(node / "usr/local/lib/gpuops-mig/extra"), str(planted)]
     assert not planted.exists() and in_step(run_module, node) is True
+
+
+def test_an_import_path_others_can_change_is_refused(sim_host, run_module, node, tmp_path):
+    """A .pth file that another user could write into site-packages runs as root at boot: the
+    interpreter's site-packages, its .pth files and what they add are checked like the interpreter
+    itself."""
+    sim_host("1xH100-SXM5-80GB")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    assert boot_restore.unsafe_import_path(python, 0) is None
+    site.chmod(0o777)
+    result = run_module(mig_boot_restore, args(node, python=python))
+    assert result["failed"] is True and not node.exists()
+    assert "%s is writable by its group and others" % site in result["msg"], result["msg"]
+    site.chmod(0o755)
+    pth = site / "nobody.pth"
+    pth.write_text("import os\n")
+    pth.chmod(0o666)
+    result = run_module(mig_boot_restore, args(node, python=python))
+    assert (
+        result["failed"] is True
+        and "%s is writable by its group and others" % pth in result["msg"]
+    )
+    assert "a .pth file Python runs at start-up" in result["msg"]
+    pth.chmod(0o644)
+    added = tmp_path / "added"
+    added.mkdir(mode=0o777)
+    added.chmod(0o777)
+    pth.write_text("%s\n" % added)
+    result = run_module(mig_boot_restore, args(node, python=python))
+    assert (
+        result["failed"] is True
+        and "%s is writable by its group and others" % added in result["msg"]
+    )
+    added.chmod(0o755)
+    assert run_module(mig_boot_restore, args(node, python=python))["changed"] is True
+    assert (
+        "ExecStart=%s -I " % python
+        in (node / "etc/systemd/system/gpuops-mig-restore.service").read_text()
+    )

@@ -178,13 +178,36 @@ def owed(**parts):
     return {"gpuops.mig/owed": json.dumps(dict({"run": "r1"}, **parts))}
 
 
+def lease_of(run_id, holder="gpuops.mig run r1 on ctl"):
+    """The node's Lease as the run `run_id` left it (holder "": released)."""
+    return {
+        "metadata": {
+            "name": "gpuops-mig-gpu-1",
+            "annotations": {"gpuops.mig/lease-run-id": run_id},
+        },
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": 60,
+            "renewTime": "2026-01-01T00:00:00.000000Z",
+        },
+    }
+
+
+LEFT_BY_R1 = {
+    "lease": lease_of("r1"),
+    "gpu_clients": ["nvidia-dcgm", "a.service"],
+    "operand_components": ["dcgm", "device-plugin"],
+}
+
+
 def test_a_converged_node_with_an_owed_record_is_repaired_first():
     left = node(annotations=owed(services=["nvidia-dcgm.service"], operands={d.LABEL_DEPLOY + "dcgm": "true"},
                                  device_plugin=True))
-    out = d.decide(info(), left, None, settings())
+    out = d.decide(info(), left, None, settings(**LEFT_BY_R1))
     assert out["path"] == "converged" and out["steady_work"][0] == "repair"
     assert out["repair"]["services"] == ["nvidia-dcgm.service"] and out["repair"]["device_plugin"]
-    assert out["repair"]["validate"] and out["repair"]["left"] == {"gpuops.mig/owed": None}
+    assert out["repair"]["validate"]
+    assert out["repair"]["left"] == {"services": [], "operands": {}, "device_plugin": False}
     assert out["repair"]["devices"]     # the run may have died between the geometry and /dev/nvidia-caps
     assert out["summary"] == ("gpu-1: layout 'all-3g' is already in place: nothing disruptive to do; first, run r1, "
                               "interrupted, left host services stopped (nvidia-dcgm.service); GPU Operator operands "
@@ -195,22 +218,112 @@ def test_a_converged_node_with_an_owed_record_is_repaired_first():
 
 
 def test_a_node_about_to_change_keeps_the_device_plugin_restart_owed():
-    out = d.decide(info(geometry=True), node(annotations=owed(services=["a.service"], device_plugin=True)), None,
-                   settings())
+    out = d.decide(
+        info(geometry=True),
+        node(annotations=owed(services=["a.service"], device_plugin=True)),
+        None,
+        settings(**LEFT_BY_R1),
+    )
     assert out["path"] == "reconfigure" and out["repair"]["device_plugin"] is False
     assert out["repair"]["devices"] is False    # its own change makes them current
-    assert json.loads(out["repair"]["left"]["gpuops.mig/owed"])["device_plugin"] is True
+    assert (
+        out["repair"]["left"]["device_plugin"] is True and out["repair"]["left"]["services"] == []
+    )
     assert "repair" not in out["steady_work"]   # the node is held for its change anyway
 
 
 def test_a_node_left_alone_is_still_repaired_but_not_validated():
-    out = d.left_alone(node(annotations=owed(device_plugin=True)), {"present": False}, settings())
-    assert out["steady_work"] == ["repair"] and out["repair"]["device_plugin"] and not out["repair"]["validate"]
+    out = d.left_alone(
+        node(annotations=owed(device_plugin=True)), {"present": False}, settings(**LEFT_BY_R1)
+    )
+    assert out["steady_work"] == ["repair", "lease"]  # the dead run's lease expired too
+    assert out["repair"]["device_plugin"] and not out["repair"]["validate"]
 
 
 def test_an_owed_record_gpuops_did_not_write_stops_the_node():
     with pytest.raises(RefusedError, match="gpu-1: the annotation gpuops.mig/owed is not a record gpuops.mig wrote"):
         d.decide(info(), node(annotations={"gpuops.mig/owed": "{oops"}), None, settings())
+
+
+@pytest.mark.parametrize(
+    "parts, lease, refused",
+    [
+        (
+            {"services": ["sshd.service"]},
+            lease_of("r1"),
+            "service(s) sshd.service are not among mig_node_gpu_clients",
+        ),
+        (
+            {"operands": {"node-role.kubernetes.io/control-plane": ""}},
+            lease_of("r1"),
+            "label(s) node-role.kubernetes.io/control-plane are not operand labels "
+            "gpuops.mig pauses",
+        ),
+        (
+            {"operands": {d.LABEL_DEPLOY + "dcgm": "x\ny"}},
+            lease_of("r1"),
+            "would get back a value no run recorded",
+        ),
+        (
+            {"device_plugin": True},
+            lease_of("other"),
+            "its run r1 never held the node's lease (the Lease names run other)",
+        ),
+        ({"device_plugin": True}, None, "its run r1 holds no lease on the node"),
+    ],
+)
+def test_a_forged_owed_record_is_refused_and_nothing_in_it_runs(parts, lease, refused):
+    forged = node(annotations=owed(**parts))
+    with pytest.raises(RefusedError) as err:
+        d.decide(info(), forged, None, settings(**dict(LEFT_BY_R1, lease=lease)))
+    assert (
+        "gpu-1: the annotation gpuops.mig/owed asks for what gpuops.mig does not put back"
+        in str(err.value)
+    )
+    assert refused in str(err.value) and "nothing it names was started or relabelled" in str(
+        err.value
+    )
+
+
+def test_a_record_of_the_run_that_released_the_lease_is_trusted():
+    """A failed run releases its Lease (holderIdentity emptied) but the Lease still names it."""
+    out = d.decide(
+        info(),
+        node(annotations=owed(operands={d.LABEL_DEPLOY + "dcgm": "pre-installed"})),
+        None,
+        settings(**dict(LEFT_BY_R1, lease=lease_of("r1", holder=""))),
+    )
+    assert out["repair"]["operands"] == {d.LABEL_DEPLOY + "dcgm": "pre-installed"}
+
+
+def test_a_gpu_cluster_s_operands_may_be_owed():
+    label = {d.LABEL_DEPLOY + "dra-driver": "true"}
+    with pytest.raises(RefusedError, match="not operand labels"):
+        d.decide(info(), node(annotations=owed(operands=label)), None, settings(**LEFT_BY_R1))
+    out = d.left_alone(
+        node(annotations=owed(operands=label)),
+        {"present": True, "gpu_cluster": {"name": "c"}},
+        settings(**LEFT_BY_R1),
+    )
+    assert out["repair"]["operands"] == label
+
+
+def test_a_host_record_outside_kubernetes_needs_no_lease_but_only_gpu_clients():
+    host = dict(
+        info(),
+        owed={
+            "text": json.dumps({"run": "r1", "services": ["nvidia-dcgm.service"]}),
+            "path": "/var/lib/gpuops-mig/owed.json",
+        },
+    )
+    out = d.decide(host, None, None, settings(kubernetes=False, **dict(LEFT_BY_R1, lease=None)))
+    assert out["repair"]["services"] == ["nvidia-dcgm.service"]
+    host["owed"]["text"] = json.dumps({"run": "r1", "services": ["evil.service"]})
+    with pytest.raises(
+        RefusedError,
+        match="the file /var/lib/gpuops-mig/owed.json asks for what gpuops.mig does not",
+    ):
+        d.decide(host, None, None, settings(kubernetes=False, **LEFT_BY_R1))
 
 
 def test_the_summary_says_which_pods_the_change_evicts():

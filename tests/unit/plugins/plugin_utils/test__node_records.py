@@ -22,6 +22,15 @@ def test_identity_from_the_start_time_and_awx():
     assert records.rollout_identity({}, {}, "c", NOW)["job_id"] == ""
 
 
+@pytest.mark.parametrize(
+    "given",
+    [{"run_id": "a\nb"}, {"run_id": "x" * 10000}, {"job_id": "1 2"}, {"run_id": "-leading"}],
+)
+def test_run_and_job_ids_must_be_one_short_token(given):
+    with pytest.raises(records.IdentityError, match="is not one token of at most 63"):
+        records.rollout_identity(given, {}, "ctl-1", NOW)
+
+
 def test_failure_annotation_and_warning_event():
     result = {"failed": True, "msg": "GPU 0: insufficient resources.\n  retry later."}
     out = records.node_failure("gpu-1", RUN, "Apply the MIG geometry", result, "all-balanced", NOW)

@@ -29,6 +29,26 @@ def test_evicted_pods_are_counted_and_named_under_the_table():
     assert out["table"][-1] == "gpu-1 evicted ml/a (device destroyed), ml/b (GPU mode change)"
 
 
+def test_after_a_failed_drain_only_pods_seen_gone_count_as_evicted():
+    evicted = [
+        {"pod": "ml/a", "reasons": [{"reason": "device destroyed"}]},
+        {"pod": "ml/b", "reasons": [{"reason": "GPU mode change"}]},
+    ]
+    still = [{"metadata": {"namespace": "ml", "name": "b"}}]
+    row = r.node_report(RECONFIGURE, outcome="failed", evicted=evicted, left=still)
+    assert row["evicted"] == 1 and [e["pod"] for e in row["evicted_pods"]] == ["ml/a"]
+    assert row["not_evicted"] == ["ml/b"]
+    # The drain itself failed (no check ran): none of them is known to be gone.
+    unchecked = r.node_report(RECONFIGURE, outcome="failed", evicted=evicted)
+    assert unchecked["evicted"] == 0 and unchecked["not_evicted"] == ["ml/a", "ml/b"]
+    out = r.fleet_summary({"gpu-1": unchecked}, ["gpu-1"])
+    assert (
+        out["table"][-1]
+        == "gpu-1: not evicted, still on the node (the drain did not finish): ml/a, ml/b"
+    )
+    assert r.node_report(RECONFIGURE, evicted=evicted, left=[])["evicted"] == 2  # all gone
+
+
 def test_seconds_since_a_start():
     assert r.node_report(CONVERGED, started="2020-01-01T00:00:00+00:00")["seconds"] > 0
     assert r.node_report(CONVERGED, started="not a time")["seconds"] is None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import RefusedError
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _waits as waits
 from ansible_collections.gpuops.mig.plugins.plugin_utils._waits import retries
 
 
@@ -34,3 +35,44 @@ def test_a_timeout_or_delay_that_is_not_seconds_is_refused_naming_it(timeout, de
     with pytest.raises(RefusedError) as err:
         retries(timeout, delay)
     assert words in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "result, settled",
+    [
+        ({"changed": True}, True),
+        ({"failed": True, "status": 404, "msg": "Failed to patch object: not found"}, True),
+        ({"failed": True, "status": 409, "msg": "Conflict"}, True),
+        ({"failed": True, "status": 500, "msg": "Failed to patch object"}, False),
+        ({"failed": True, "status": "503"}, False),
+        ({"failed": True, "status": 429, "msg": "Too Many Requests"}, False),
+        (
+            {
+                "failed": True,
+                "msg": "the node's lease (default/gpuops-mig-n) could not be released: "
+                "(500)\nReason: x",
+            },
+            False,
+        ),
+        (
+            {
+                "failed": True,
+                "msg": "HTTPSConnectionPool(host='k', port=6443): "
+                "Max retries exceeded with url: /api",
+            },
+            False,
+        ),
+        (
+            {
+                "failed": True,
+                "msg": "The ansible.builtin.k8s action failed to execute in the expected time "
+                "frame (60) and was terminated",
+            },
+            True,
+        ),
+        ({"failed": True, "msg": "Read timed out. (read timeout=30)"}, False),
+        ({"failed": True, "msg": "node-1: another MIG rollout holds this node"}, True),
+    ],
+)
+def test_a_kubernetes_call_is_tried_again_only_for_what_a_retry_may_fix(result, settled):
+    assert waits.api_settled(result) is settled
