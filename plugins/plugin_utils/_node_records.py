@@ -14,6 +14,7 @@ import json
 import re
 from typing import Any, Iterable, Mapping
 
+from ansible_collections.gpuops.mig.plugins.module_utils import _input as checks
 from ansible_collections.gpuops.mig.plugins.module_utils import _lease
 from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import (
     ANNOTATION_LAST_ERROR as LAST_ERROR_ANNOTATION,
@@ -41,8 +42,8 @@ def _stamp(now):
 
 # A run ID and a job ID end up in Lease and Node annotations, Event names and messages: one short
 # token.
-RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,62}$")
-JOB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+RUN_ID_PATTERN = checks.pattern(r"[A-Za-z0-9][A-Za-z0-9._:+-]{0,62}")
+JOB_ID_PATTERN = checks.pattern(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
 class IdentityError(ValueError):
@@ -61,7 +62,7 @@ def rollout_identity(given: Mapping[str, Any], environ: Mapping[str, str], hostn
     job_id = str(given.get("job_id") or "") or environ.get("JOB_ID") or environ.get("AWX_JOB_ID") or ""
     for what, value, pattern in (("run ID (gpuops_mig_run_id)", run_id, RUN_ID_PATTERN),
                                  ("job ID (awx_job_id, JOB_ID)", str(job_id), JOB_ID_PATTERN)):
-        if value and not pattern.match(value):
+        if value and not checks.whole(pattern, value):
             raise IdentityError("the %s %s is not one token of at most 63 letters, digits and "
                                 "._:+- ; nothing was changed" % (what, json.dumps(value)[:80]))
     return dict(run_id=run_id, controller=hostname, job_id=str(job_id), started=_stamp(now))
@@ -226,7 +227,7 @@ def read_owed(node: Mapping[str, Any] | None, host_record: str | None = None,
 
 
 # Label values as the API server accepts them (k8s.io/apimachinery validation IsValidLabelValue).
-LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+LABEL_VALUE = checks.pattern(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 
 
 def _unit(name: str) -> str:
@@ -259,11 +260,11 @@ def owed_problems(record: Mapping[str, Any], bounds: Mapping[str, Any]) -> list[
         problems.append("label(s) %s are not operand labels gpuops.mig pauses "
                         "(mig_node_operand_components)" % ", ".join(labels)[:200])
     values = [k for k, v in sorted((record.get("operands") or {}).items()) if k not in labels
-              and (len(v) > 63 or not LABEL_VALUE.match(v) or v == PAUSED_VALUE)]
+              and (len(v) > 63 or not checks.whole(LABEL_VALUE, v) or v == PAUSED_VALUE)]
     if values:
         problems.append("label(s) %s would get back a value no run recorded" % ", ".join(values))
     run = record.get("run") or ""
-    if not RUN_ID_PATTERN.match(run):
+    if not checks.whole(RUN_ID_PATTERN, run):
         problems.append("it names no run ID")
     elif bounds["kubernetes"] and not bounds["lease_seen"]:
         problems.append("its run %s holds no lease on the node (no Lease gpuops-mig-<node>)" % run)

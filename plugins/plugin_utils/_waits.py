@@ -8,10 +8,10 @@ whether a Kubernetes call that failed is worth another try."""
 from __future__ import annotations
 
 import math
-import re
 from typing import Any, Mapping
 
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import RefusedError
+from ansible_collections.gpuops.mig.plugins.module_utils._input import count, pattern
 from ansible_collections.gpuops.mig.plugins.plugin_utils._plain import describe
 
 
@@ -41,7 +41,7 @@ def retries(timeout: Any, delay: Any) -> int:
 # A Kubernetes call's failure that another try may not meet: the API server's 5xx or 429 (as
 # kubernetes.core's result's status, or "(503)" in a message), a timeout, or a connection that
 # failed or broke.
-_TRANSIENT = re.compile(r"\((429|5\d\d)\)|\b(429|5\d\d) (Internal Server Error|"
+_TRANSIENT = pattern(r"\((429|5\d\d)\)|\b(429|5\d\d) (Internal Server Error|"
                         r"Service Unavailable|Bad Gateway|Gateway Timeout|Too Many Requests)|"
                         r"Max retries exceeded|timed out|[Tt]imeout|"
                         r"Connection (refused|reset|aborted)|RemoteDisconnected|ProtocolError|"
@@ -57,6 +57,7 @@ def api_settled(result: Mapping[str, Any] | None) -> bool:
     if not result.get("failed"):
         return True
     status = result.get("status")
-    if isinstance(status, int) or (isinstance(status, str) and status.isdigit()):
-        return not (int(status) == 429 or int(status) >= 500)
+    code = count(status, 3)
+    if code is not None:
+        return not (code == 429 or code >= 500)
     return not _TRANSIENT.search("%s %s" % (result.get("msg") or "", result.get("reason") or ""))
