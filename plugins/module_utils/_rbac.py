@@ -21,7 +21,7 @@ ROLLOUT: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("", "configmaps", ("get", "create", "patch")),
     ("", "events", ("get", "create", "patch")),
     ("apps", "daemonsets", ("get", "list")),
-    ("coordination.k8s.io", "leases", ("get", "create", "update", "delete")),
+    ("coordination.k8s.io", "leases", ("get", "create", "update")),
     ("resource.k8s.io", "resourceclaims", ("get", "list")),
     ("resource.k8s.io", "resourceslices", ("get", "list")),
     ("nvidia.com", "clusterpolicies", ("get", "list", "patch")),
