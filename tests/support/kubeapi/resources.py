@@ -57,6 +57,8 @@ CATALOG = [
     _r("batch/v1", "cronjobs", "CronJob", True, "cj", True),
     _r("policy/v1", "poddisruptionbudgets", "PodDisruptionBudget", True, "pdb", True),
     _r("autoscaling/v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, "hpa", True),
+    # Answered, never stored: the emulator has no RBAC, so every review is allowed (cluster.py).
+    _r("authorization.k8s.io/v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False),
     _r("rbac.authorization.k8s.io/v1", "roles", "Role", True),
     _r("rbac.authorization.k8s.io/v1", "rolebindings", "RoleBinding", True),
     _r("rbac.authorization.k8s.io/v1", "clusterroles", "ClusterRole", False),
