@@ -53,7 +53,8 @@ options:
         when this run holds it already. Fails when another rollout holds it (after O(wait)).
       - V(renewed) renews this run's hold (takes it when nothing holds the node). Fails when another rollout took
         it over meanwhile.
-      - V(released) releases this run's hold: the Lease is kept with an empty
+      - >-
+        V(released) releases this run's hold: the Lease is kept with an empty
         C(spec.holderIdentity) (as client-go's leader election releases one) and its
         C(gpuops.mig/lease-*) annotations naming this run, the last holder; the lock file is
         deleted. A hold of another run is left alone.
