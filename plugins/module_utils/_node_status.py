@@ -71,11 +71,11 @@ def parse_taint(text: Any, what: str = "gpuops_mig_ready_taint") -> dict[str, st
         raise TaintError("%s: %r is not a taint; write key[=value]:effect, such as %s"
                          % (what, text, DEFAULT_TAINT))
     body, effect = text.rsplit(":", 1)
-    key, _, value = body.partition("=")
+    key, dummy, value = body.partition("=")
     if effect not in TAINT_EFFECTS:
         raise TaintError("%s: %r has effect %r; a taint's effect is one of %s"
                          % (what, text, effect, ", ".join(TAINT_EFFECTS)))
-    prefix, _, name = key.rpartition("/")
+    prefix, dummy, name = key.rpartition("/")
     bad = None
     if not re.fullmatch(_NAME, name) or len(name) > 63:
         bad = "its name %r must be at most 63 letters, digits, '-', '_' or '.', starting and " \
@@ -161,8 +161,7 @@ def basis_of(node: Mapping[str, Any] | None) -> str:
     meta = node.get("metadata") or {}
     allocatable = ((node.get("status") or {}).get("allocatable")) or {}
     seen = {"labels": meta.get("labels") or {}, "annotations": meta.get("annotations") or {},
-            "allocatable": dict(
-                (k, v) for k, v in allocatable.items() if k.startswith("nvidia.com/")
-            ),
+            "allocatable": dict((k, v) for k, v in allocatable.items()
+                                if k.startswith("nvidia.com/")),
             "taints": (node.get("spec") or {}).get("taints") or []}
     return hashlib.sha256(json.dumps(seen, sort_keys=True, default=str).encode()).hexdigest()[:16]

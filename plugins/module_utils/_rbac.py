@@ -38,7 +38,7 @@ def reviews(
     the namespace the collection writes them to, the rest in every namespace)."""
     out = []
     for group, resource, verbs in rules:
-        name, _, sub = resource.partition("/")
+        name, dummy, sub = resource.partition("/")
         namespace = {"leases": lease_namespace, "events": EVENT_NAMESPACE}.get(name, "")
         for verb in verbs:
             attributes = {"group": group, "resource": name, "verb": verb}

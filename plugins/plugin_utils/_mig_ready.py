@@ -106,7 +106,7 @@ def _pool_for(node_name, labels, pools):
     if len(found) > 1:
         raise MigReadyError(
             "Node %s: matches pools %s of gpuops_mig_ready_pools; a node belongs to one"
-            % (node_name, ", ".join(n for n, _ in found))
+            % (node_name, ", ".join(entry[0] for entry in found))
         )
     return found[0] if found else None
 
@@ -410,7 +410,7 @@ def verdicts(
         name = node["metadata"]["name"]
         host = None
         if hostvars is not None and name in hostvars:
-            host = dict((var, hostvars[name].get(var)) for _, var in HOST_KEYS)
+            host = dict((pair[1], hostvars[name].get(pair[1])) for pair in HOST_KEYS)
         try:
             verdict = decide(node, declared_layout(node, pools, host))
         except MigReadyError as e:

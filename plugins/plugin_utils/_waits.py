@@ -42,10 +42,10 @@ def retries(timeout: Any, delay: Any) -> int:
 # kubernetes.core's result's status, or "(503)" in a message), a timeout, or a connection that
 # failed or broke.
 _TRANSIENT = pattern(r"\((429|5\d\d)\)|\b(429|5\d\d) (Internal Server Error|"
-                        r"Service Unavailable|Bad Gateway|Gateway Timeout|Too Many Requests)|"
-                        r"Max retries exceeded|timed out|[Tt]imeout|"
-                        r"Connection (refused|reset|aborted)|RemoteDisconnected|ProtocolError|"
-                        r"NewConnectionError|ServiceUnavailable|InternalError")
+                     r"Service Unavailable|Bad Gateway|Gateway Timeout|Too Many Requests)|"
+                     r"Max retries exceeded|timed out|[Tt]imeout|"
+                     r"Connection (refused|reset|aborted)|RemoteDisconnected|ProtocolError|"
+                     r"NewConnectionError|ServiceUnavailable|InternalError")
 
 
 def api_settled(result: Mapping[str, Any] | None) -> bool:

@@ -97,8 +97,8 @@ def cluster(_session_cluster):
 RBAC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                     "rbac")
 # site.yml on Kubernetes deploys the device plugin's chart by default: its rules too.
-ROLLOUT_RBAC = [os.path.join(RBAC, f) for f in ("rollout.yml", "fleet-report.yml",
-                                                 "device-plugin.yml")]
+ROLLOUT_RBAC = [os.path.join(RBAC, f)
+                for f in ("rollout.yml", "fleet-report.yml", "device-plugin.yml")]
 
 
 @pytest.fixture

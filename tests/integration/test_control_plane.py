@@ -103,7 +103,7 @@ def test_a_part_that_dies_while_starting_is_reported_and_the_others_stopped(tmp_
 
 def test_a_cluster_starts_reports_its_version_and_stops(tmp_path, real_bin):
     with ControlPlane(str(tmp_path / "w"), bin_dir=real_bin) as plane:
-        procs = [p for _, p, _ in plane.procs]
+        procs = [entry[1] for entry in plane.procs]
         assert len(procs) == 5 and all(p.poll() is None for p in procs)
         assert set(plane.timings) >= {
             "etcd",

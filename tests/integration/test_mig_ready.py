@@ -224,8 +224,8 @@ def test_a_joining_node_takes_gpu_pods_only_once_its_layout_is_advertised_a_fail
         )
         assert "nvidia.com/mig-1g.10gb: 7" in condition(node)["message"]
         # Both bound to gpu-new, after its taint was lifted; nothing ever bound to gpu-bad.
-        assert {n for n, _ in binds.values()} == {"gpu-new"}, binds
-        assert all(rv > lifts["gpu-new"][0] for _, rv in binds.values()), (binds, lifts)
+        assert {bind[0] for bind in binds.values()} == {"gpu-new"}, binds
+        assert all(bind[1] > lifts["gpu-new"][0] for bind in binds.values()), (binds, lifts)
         time.sleep(3)
         bad_node = cluster.get("Node", "gpu-bad")
         assert tainted(bad_node) and "gpu-bad" not in lifts

@@ -324,7 +324,7 @@ def test_a_failed_drain_leaves_the_boot_time_restore_of_the_layout_the_node_hold
 
     cluster.seed(seed.pod("db-0", node="node-p", labels={"app": "db"},
                           owner=("ReplicaSet", "db-1")),
-                  seed.pdb("db", {"app": "db"}, disruptions_allowed=0))
+                 seed.pdb("db", {"app": "db"}, disruptions_allowed=0))
     before = fleet.digest("node-p")
     proc = fleet.run("tests/integration/playbooks/mig_node.yml", {
         "mig_node_layouts": [{"gpus": "all", "devices": {"1g.5gb": 7}}],

@@ -78,7 +78,7 @@ class RequestRecord:
 
     def __init__(self, entry: dict):
         uri = entry.get("requestURI", "")
-        self.path, _, self.query = uri.partition("?")
+        self.path, dummy, self.query = uri.partition("?")
         self.verb = entry.get("verb", "")
         self.method = self.METHOD.get(self.verb, self.verb.upper())
         self.user = (entry.get("user") or {}).get("username", "")
@@ -262,7 +262,7 @@ class TestCluster(Client):
         self.errors.clear()
         new_namespaces = [
             name
-            for _, name in ((None, n["metadata"]["name"]) for n in self.list("Namespace"))
+            for name in (n["metadata"]["name"] for n in self.list("Namespace"))
             if (None, name) not in self._baseline["Namespace"]
         ]
         for name in new_namespaces:

@@ -181,7 +181,7 @@ class ControlPlane:
     def stop(self) -> None:
         """Stops everything started, newest first (also after a failed start); idempotent."""
         while self.procs:
-            name, proc, _ = self.procs.pop()
+            dummy, proc, dummy_log = self.procs.pop()
             if proc.poll() is None:
                 proc.terminate()
                 try:

@@ -156,7 +156,7 @@ class View:
         labels = parse_label_selector(label_selector) if label_selector else None
         fields = parse_field_selector(field_selector) if field_selector else None
         out = []
-        for (ns, _), obj in sorted(
+        for (ns, dummy), obj in sorted(
             informer.objects.items(), key=lambda kv: (kv[0][0] or "", kv[0][1])
         ):
             if namespace and ns != namespace:

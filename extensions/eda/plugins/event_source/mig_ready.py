@@ -90,6 +90,7 @@ demand, gate = _import_utils()
 
 _client = demand.api_client
 
+
 def _watch(args, deliver, stop):
     """List, then watch Nodes from the last resourceVersion, until ``stop``; hands ("listed",
     nodes), ("event", (type, node)) and ("error", text) to the event loop."""

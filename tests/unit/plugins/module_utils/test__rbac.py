@@ -36,7 +36,7 @@ def test_reviews_ask_leases_and_events_in_their_namespace_and_the_rest_everywher
         "verb": "create",
         "subresource": "eviction",
     }
-    assert len(reviews) == sum(len(verbs) for _, _, verbs in rbac.ROLLOUT)
+    assert len(reviews) == sum(len(rule[2]) for rule in rbac.ROLLOUT)
 
 
 def test_missing_names_each_refused_verb_and_the_message_says_nothing_changed():

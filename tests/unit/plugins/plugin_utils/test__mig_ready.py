@@ -64,7 +64,8 @@ def gfd(count=14, product="NVIDIA-H100-80GB-HBM3", **extra):
     return labels
 
 
-def one(nodes, pools=POOLS, hostvars=None, taint=TAINT):
+def one(nodes, pools=None, hostvars=None, taint=TAINT):
+    pools = POOLS if pools is None else pools
     out = ready.verdicts(nodes, taint, pools, hostvars)
     assert len(out) == 1
     return out[0]

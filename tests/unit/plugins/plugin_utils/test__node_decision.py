@@ -275,7 +275,7 @@ def test_an_owed_record_gpuops_did_not_write_stops_the_node():
 def test_a_forged_owed_record_is_refused_and_nothing_in_it_runs(parts, lease, refused):
     forged = node(annotations=owed(**parts))
     with pytest.raises(RefusedError) as err:
-        d.decide(info(), forged, None, settings(**dict(LEFT_BY_R1, lease=lease)))
+        d.decide(info(), forged, None, settings(**{**LEFT_BY_R1, "lease": lease}))
     assert (
         "gpu-1: the annotation gpuops.mig/owed asks for what gpuops.mig does not put back"
         in str(err.value)
@@ -291,7 +291,7 @@ def test_a_record_of_the_run_that_released_the_lease_is_trusted():
         info(),
         node(annotations=owed(operands={d.LABEL_DEPLOY + "dcgm": "pre-installed"})),
         None,
-        settings(**dict(LEFT_BY_R1, lease=lease_of("r1", holder=""))),
+        settings(**{**LEFT_BY_R1, "lease": lease_of("r1", holder="")}),
     )
     assert out["repair"]["operands"] == {d.LABEL_DEPLOY + "dcgm": "pre-installed"}
 
@@ -316,7 +316,7 @@ def test_a_host_record_outside_kubernetes_needs_no_lease_but_only_gpu_clients():
             "path": "/var/lib/gpuops-mig/owed.json",
         },
     )
-    out = d.decide(host, None, None, settings(kubernetes=False, **dict(LEFT_BY_R1, lease=None)))
+    out = d.decide(host, None, None, settings(kubernetes=False, **{**LEFT_BY_R1, "lease": None}))
     assert out["repair"]["services"] == ["nvidia-dcgm.service"]
     host["owed"]["text"] = json.dumps({"run": "r1", "services": ["evil.service"]})
     with pytest.raises(

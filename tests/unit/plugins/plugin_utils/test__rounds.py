@@ -207,8 +207,8 @@ def test_the_planner_is_not_offered_the_nodes_the_round_would_hold():
     nodes = [failed_node("gpu-a"), {"metadata": {"name": "gpu-b"}}]
     assert r.plan_policy({}, ["gpu-a", "gpu-b", "gpu-c"], nodes, state) == {"nodes": ["gpu-b"]}
     assert r.plan_policy({"nodes": ["gpu-a", "gpu-b"], "spare": {"1g.10gb": 1}},
-                         ["gpu-a", "gpu-b", "gpu-c"], nodes, state) == {"nodes": ["gpu-b"],
-                                                                       "spare": {"1g.10gb": 1}}
+                         ["gpu-a", "gpu-b", "gpu-c"], nodes, state) == {
+        "nodes": ["gpu-b"], "spare": {"1g.10gb": 1}}
     # nothing held: as given
     assert r.plan_policy({"spare": {}}, ["gpu-b"], [], {}) == {"spare": {}}
     both = r.blocked([failed_node("gpu-c")], state)["gpu-c"]
