@@ -17,6 +17,7 @@ import yaml
 import gpuops_mig_sim as sim
 from test_eda_loop import _java, stop_rulebook
 from test_roles import Fleet
+from tests.integration.conftest import RBAC, ROLLOUT_RBAC, client_env
 from tests.support.kubeapi import seed
 from tests.support.simhost import nvml_on
 
@@ -90,10 +91,14 @@ def condition(node):
 
 
 def test_a_joining_node_takes_gpu_pods_only_once_its_layout_is_advertised_a_failed_one_never(
-    cluster, cluster_env, tmp_path
+    cluster, tmp_path
 ):
     _java()
-    fleet = Fleet(tmp_path, cluster, cluster_env)
+    # The watcher runs as what rbac/ready.yml grants, with the rollout's roles.
+    roles = ROLLOUT_RBAC + [os.path.join(RBAC, "ready.yml")]
+    kubeconfig = cluster.service_account_kubeconfig(tmp_path / "ready.kubeconfig", "ready", roles)
+    env = client_env(kubeconfig, tmp_path, cluster.control_plane.bin_dir)
+    fleet = Fleet(tmp_path, cluster, env)
     good, bad = fleet.state_path("gpu-new"), fleet.state_path("gpu-bad")
     sim.create_state(
         good, "1xH100-SXM5-80GB", seed="gpu-new"
