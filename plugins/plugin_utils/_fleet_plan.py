@@ -166,8 +166,10 @@ def _check_output(plan, nodes):
             if not checks.whole(checks.LABEL_VALUE, label):
                 raise ConfigError("config label %s is not a Kubernetes label value"
                                   % describe(label))
-            entries = migparted.entries_from_layouts(out["layouts"], origin="%s layouts" % name)
-            check_applies(entries, host, geometries, name, valid)
+            if out["layouts"]:  # a node without MIG-capable GPUs is planned nothing to apply
+                entries = migparted.entries_from_layouts(out["layouts"],
+                                                         origin="%s layouts" % name)
+                check_applies(entries, host, geometries, name, valid)
             if name in plan["mig_parted"]:
                 config = migparted.load_config(plan["mig_parted"][name],
                                                origin="%s mig_parted" % name)
