@@ -15,8 +15,9 @@ MODULE_UTILS = os.path.join(MOLECULE_DIR, "..", "..", "plugins", "module_utils")
 ENGINE_DIR = "/usr/local/lib/gpuops-mig/ansible_collections/gpuops/mig/plugins/module_utils"
 # What the restore imports (gpuops.mig.mig_boot_restore derives it from the imports), and no simulator:
 # the test hosts have it on their Python path instead.
-ENGINE = ("__init__.py", "_boot_restore.py", "_bounded_yaml.py", "_cdi.py", "_errors.py", "_gpu_layout.py",
-          "_gpu_selection.py", "_host_layout.py", "_host_mode.py", "_migparted.py", "_nvidia_caps.py", "_nvml.py")
+ENGINE = ("__init__.py", "_boot_restore.py", "_bounded_yaml.py", "_cdi.py", "_errors.py",
+          "_gpu_layout.py", "_gpu_selection.py", "_host_layout.py", "_host_mode.py", "_input.py",
+          "_migparted.py", "_nvidia_caps.py", "_nvml.py")
 
 
 def test_gpus_have_the_second_layout(name):
