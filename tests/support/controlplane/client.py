@@ -227,10 +227,11 @@ class Client:
             body=obj,
         )
 
-    def set_status(self, kind: str, name: str, status: dict, namespace: str | None = None) -> dict:
+    def set_status(self, kind: str, name: str, status: dict, namespace: str | None = None,
+                   current: dict | None = None) -> dict:
         """Replace an object's status through /status, as a controller does; no write when it is
-        already that."""
-        current = self.get(kind, name, namespace)
+        already that (compared with `current` where the caller has read it, else read here)."""
+        current = current if current is not None else self.get(kind, name, namespace)
         if current.get("status") == status:
             return current
         return self.patch(

@@ -209,20 +209,9 @@ class View:
         return self._wrote(obj["kind"], self.client.replace(obj))
 
     def set_status(self, kind, name, status, namespace=None):
-        current = self.find(kind, name, namespace)
-        if current is not None and current.get("status") == status:
-            return current
-        return self._wrote(
-            kind,
-            self.client.patch(
-                kind,
-                name,
-                [{"op": "add", "path": "/status", "value": status}],
-                namespace,
-                "json",
-                subresource="status",
-            ),
-        )
+        current = self.find(kind, name, namespace)  # from the cache
+        return self._wrote(kind, self.client.set_status(kind, name, status, namespace,
+                                                        current=current or {}))
 
     def delete(self, kind, name, namespace=None):
         out = self.client.delete(kind, name, namespace)
