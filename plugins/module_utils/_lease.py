@@ -23,7 +23,7 @@ from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsEr
 
 # Annotations on the Lease (and keys of the lock file) that name who holds it.
 ANNOTATION_PREFIX = "gpuops.mig/"
-HOLDER_FIELDS = ("run_id", "controller", "job_id", "started")
+HOLDER_FIELDS = ("run_id", "controller", "job_id", "workflow_id", "started")
 
 # What decide() answers.
 CREATE = "create"        # nothing holds the node: create the Lease or lock file
@@ -32,7 +32,8 @@ TAKE_OVER = "take-over"  # a holder that stopped renewing: take it over (update)
 RENEW = "renew"          # ours: renew it (update)
 REFUSE = "refuse"        # someone else holds it
 LOST = "lost"            # renewing one that someone else took meanwhile
-RELEASE = "release"      # ours: release it (delete)
+RELEASE = "release"      # ours: release it (empty its holderIdentity)
+SHARE = "share"          # another slice of this run's AWX workflow job holds it: go on, write nothing
 NOTHING = "nothing"      # releasing one that is not ours, or that is gone
 
 STATES = ("acquired", "renewed", "released")
@@ -73,6 +74,8 @@ def holder_identity(holder: Mapping[str, Any]) -> str:
     text = "gpuops.mig run %s on %s" % (holder.get("run_id") or "?", holder.get("controller") or "?")
     if holder.get("job_id"):
         text += " (AWX job %s)" % holder["job_id"]
+    if holder.get("workflow_id"):
+        text += " (AWX workflow job %s)" % holder["workflow_id"]
     return text + ", started %s" % (holder.get("started") or "?")
 
 
@@ -102,6 +105,15 @@ def is_ours(current: Mapping[str, Any], holder: Mapping[str, Any]) -> bool:
     return bool(current.get("holder_identity")) and (current.get("holder") or {}).get("run_id") == holder["run_id"]
 
 
+def same_workflow(current: Mapping[str, Any], holder: Mapping[str, Any]) -> bool:
+    """Held by another slice of this run's AWX sliced job: AWX runs a sliced job template as a
+    workflow job whose slices share its ID (awx_workflow_job_id) and run at once on disjoint hosts,
+    one rollout split for speed."""
+    workflow = holder.get("workflow_id") or ""
+    return bool(workflow and current.get("holder_identity")
+                and (current.get("holder") or {}).get("workflow_id") == workflow)
+
+
 def decide(state: str, current: Mapping[str, Any] | None, holder: Mapping[str, Any],
            now: datetime.datetime) -> str:
     """What to do with the node's lease record `current` (None: none exists) for `state`
@@ -119,6 +131,8 @@ def decide(state: str, current: Mapping[str, Any] | None, holder: Mapping[str, A
         return TAKE
     if expired(current, now):
         return TAKE_OVER
+    if same_workflow(current, holder):
+        return SHARE
     return LOST if state == "renewed" else REFUSE
 
 
@@ -205,6 +219,9 @@ def outcome(action: str, current: Mapping[str, Any] | None, node: str) -> dict[s
         result["msg"] = "%s: lease renewed" % node
     elif action == RELEASE:
         result["msg"] = "%s: lease released" % node
+    elif action == SHARE:
+        result["msg"] = "%s: held by another slice of this AWX workflow job: %s" % (
+            node, describe(current))
     else:
         result["msg"] = "%s: no lease of this run to release" % node
     return result

@@ -90,6 +90,13 @@ options:
         description: The AWX or Automation Controller job ID, when there is one.
         type: str
         default: ""
+      workflow_id:
+        description:
+          - The AWX workflow job ID, when there is one (C(awx_workflow_job_id)). The slices of a
+            sliced job template run at once as one workflow job; a hold of another slice of the
+            same workflow job is shared (V(share)), not refused.
+        type: str
+        default: ""
       started:
         description: When the rollout started (RFC 3339).
         type: str
@@ -149,7 +156,8 @@ RETURN = r"""
 action:
   description:
     - What was done, V(create), V(take) (a released hold), V(take-over) (an expired hold of another run),
-      V(renew), V(release) or V(nothing) (no hold of this run to release).
+      V(renew), V(release), V(share) (held by another slice of the same AWX workflow job, nothing
+      written) or V(nothing) (no hold of this run to release).
     - In check mode, what would be done.
   returned: success
   type: str
@@ -198,6 +206,7 @@ LEASE_OPTIONS = dict(
         run_id=dict(type="str", required=True),
         controller=dict(type="str", default=""),
         job_id=dict(type="str", default=""),
+        workflow_id=dict(type="str", default=""),
         started=dict(type="str", default=""),
     )),
     duration=dict(type="int", default=3600),
@@ -335,9 +344,9 @@ def settle(module, store, params):
                 rec = _lease.record(holder, now, params["duration"], keep_since)
                 result = _lease.outcome(action, current, node)
                 result.update(holder_identity=rec["holder_identity"], waited=waited)
-                if action != _lease.RELEASE and action != _lease.NOTHING:
+                if action not in (_lease.RELEASE, _lease.NOTHING, _lease.SHARE):
                     result["lease"] = rec
-                if module.check_mode or action == _lease.NOTHING:
+                if module.check_mode or action in (_lease.NOTHING, _lease.SHARE):
                     return result
                 if store.write(action, current, store.body(node, rec)):
                     return result

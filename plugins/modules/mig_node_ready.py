@@ -100,6 +100,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
 
+from ansible_collections.gpuops.mig.plugins.module_utils._k8s_api import bounded
 from ansible_collections.gpuops.mig.plugins.module_utils._node_status import (
     TaintError,
     basis_of,
@@ -202,7 +203,8 @@ def main():
         )
 
         module.requires("kubernetes")
-        nodes = get_api_client(module).resource("Node", "v1")
+        # Each request with a timeout and retries (module_utils/_k8s_api.py).
+        nodes = bounded(get_api_client, module).resource("Node", "v1")
         result = apply(nodes, name, wanted, verdict, module.params["hold"], module.check_mode)
     except (
         Exception

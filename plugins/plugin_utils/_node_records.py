@@ -54,18 +54,24 @@ def rollout_identity(given: Mapping[str, Any], environ: Mapping[str, str], hostn
                      now: datetime.datetime | None = None, token: str = "") -> dict[str, str]:
     """Who this rollout is, once per run: run ID (given['run_id'], else the start time and `token`), the
     controller host, the AWX job ID (given['job_id'] from the awx_job_id/tower_job_id extra vars, else the
-    JOB_ID or AWX_JOB_ID environment variable of an AWX job) and the start time. A run or job ID
+    JOB_ID or AWX_JOB_ID environment variable of an AWX job), the AWX workflow job ID
+    (given['workflow_id'], awx_workflow_job_id: a sliced job's slices share it) and the start time.
+    A run or job ID
     that is not one token of at most 63 letters, digits and ._:+- raises IdentityError."""
     now = _utc(now)
     given = given or {}
     run_id = str(given.get("run_id") or "") or "%s-%s" % (now.strftime("%Y%m%dT%H%M%SZ"), token)
     job_id = str(given.get("job_id") or "") or environ.get("JOB_ID") or environ.get("AWX_JOB_ID") or ""
+    workflow_id = str(given.get("workflow_id") or "")
     for what, value, pattern in (("run ID (gpuops_mig_run_id)", run_id, RUN_ID_PATTERN),
-                                 ("job ID (awx_job_id, JOB_ID)", str(job_id), JOB_ID_PATTERN)):
+                                 ("job ID (awx_job_id, JOB_ID)", str(job_id), JOB_ID_PATTERN),
+                                 ("workflow job ID (awx_workflow_job_id)", workflow_id,
+                                  JOB_ID_PATTERN)):
         if value and not checks.whole(pattern, value):
             raise IdentityError("the %s %s is not one token of at most 63 letters, digits and "
                                 "._:+- ; nothing was changed" % (what, json.dumps(value)[:80]))
-    return dict(run_id=run_id, controller=hostname, job_id=str(job_id), started=_stamp(now))
+    return dict(run_id=run_id, controller=hostname, job_id=str(job_id), workflow_id=workflow_id,
+                started=_stamp(now))
 
 
 def _text(value):

@@ -16,7 +16,9 @@ LAYOUT = [{"gpus": "all", "devices": {"1g.10gb": 7}}]
 
 
 def run_slices(fleet, tmp_path, slices, extravars):
-    """Run site.yml once per slice, concurrently; returns {slice number: ansible_runner.Runner}."""
+    """Run site.yml once per slice, concurrently, as AWX runs a sliced job: one workflow job (its
+    ID in awx_workflow_job_id) whose slices are jobs of their own. Returns {slice number:
+    ansible_runner.Runner}."""
     runners = {}
 
     def one(number, hosts):
@@ -28,7 +30,8 @@ def run_slices(fleet, tmp_path, slices, extravars):
             (private / "inventory" / name).symlink_to(fleet.dir / name)
         runners[number] = ansible_runner.run(
             private_data_dir=str(private), playbook=str(REPO + "/playbooks/site.yml"),
-            extravars=extravars, envvars=dict(fleet.env), quiet=True)
+            extravars=dict(extravars, awx_job_id=str(100 + number), awx_workflow_job_id="100"),
+            envvars=dict(fleet.env), quiet=True)
 
     threads = [threading.Thread(target=one, args=(n, hosts)) for n, hosts in enumerate(slices, 1)]
     for thread in threads:
@@ -59,6 +62,9 @@ def test_two_slices_at_once_roll_the_fleet_and_deploy_one_device_plugin(kube_api
     releases = [s for s in kube_api.list("Secret", namespace="nvidia-device-plugin")
                 if s["metadata"].get("labels", {}).get("owner") == "helm"]
     assert {s["metadata"]["labels"]["name"] for s in releases} == {"nvidia-device-plugin"}
+
+    # The slices shared the fleet's lease (one rollout) and left it released.
+    assert not kube_api.get("Lease", "gpuops-mig-rollout")["spec"].get("holderIdentity")
 
     # Converged: both slices again, nothing changes.
     again = run_slices(fleet, tmp_path / "again", slices, extravars)

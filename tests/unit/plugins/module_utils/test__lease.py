@@ -11,6 +11,10 @@ US = dict(run_id="20260101T115500Z-aaaa", controller="ctl-1", job_id="", started
 THEM = dict(run_id="20260101T114000Z-bbbb", controller="ctl-2", job_id="4711", started="2026-01-01T11:40:00Z")
 
 
+SLICE_1 = dict(US, run_id="20260101T115500Z-cccc", job_id="41", workflow_id="40")
+SLICE_2 = dict(US, run_id="20260101T115500Z-dddd", job_id="42", workflow_id="40")
+
+
 def held_by(holder, renewed_ago, duration=600):
     moment = NOW - datetime.timedelta(seconds=renewed_ago)
     return lease.record(holder, moment, duration, acquire_time="2026-01-01T11:40:00.000000Z")
@@ -33,6 +37,20 @@ def held_by(holder, renewed_ago, duration=600):
 ])
 def test_decide(state, current, expected):
     assert lease.decide(state, current, US, NOW) == expected
+
+
+@pytest.mark.parametrize("state, current, expected", [
+    ("acquired", held_by(SLICE_1, 10), lease.SHARE),        # slices of one AWX sliced job: one rollout
+    ("renewed", held_by(SLICE_1, 10), lease.SHARE),
+    ("renewed", dict(held_by(SLICE_1, 10), holder_identity=""), lease.TAKE),  # slice 1 is done
+    ("released", held_by(SLICE_1, 10), lease.NOTHING),      # slice 1's hold is slice 1's to release
+    ("acquired", held_by(SLICE_1, 9999), lease.TAKE_OVER),
+    ("acquired", held_by(THEM, 10), lease.REFUSE),
+    ("acquired", held_by(dict(THEM, workflow_id="39"), 10), lease.REFUSE),
+])
+def test_slices_of_one_awx_workflow_job_share_a_hold(state, current, expected):
+    assert lease.decide(state, current, SLICE_2, NOW) == expected
+    assert lease.decide("acquired", held_by(SLICE_1, 10), US, NOW) == lease.REFUSE  # no workflow
 
 
 def test_a_record_without_time_or_duration_never_expires_by_itself():

@@ -15,7 +15,9 @@ RUN = dict(run_id="20260101T120000Z-1a2b3c4d", controller="ctl-1", job_id="4711"
 def test_identity_from_the_start_time_and_awx():
     run = records.rollout_identity({}, {"JOB_ID": "99"}, "ctl-1", NOW, "1a2b3c4d")
     assert run == dict(run_id="20260101T120000Z-1a2b3c4d", controller="ctl-1", job_id="99",
-                       started="2026-01-01T12:00:00Z")
+                       workflow_id="", started="2026-01-01T12:00:00Z")
+    sliced = records.rollout_identity({"job_id": "8", "workflow_id": "7"}, {}, "ctl-1", NOW)
+    assert sliced["workflow_id"] == "7"     # awx_workflow_job_id: a sliced job's slices share it
     given = records.rollout_identity({"run_id": "mine", "job_id": 7}, {"JOB_ID": "99"}, "ctl-1", NOW)
     assert given["run_id"] == "mine" and given["job_id"] == "7"     # the extra vars win over the environment
     assert records.rollout_identity({}, {"AWX_JOB_ID": "5"}, "c", NOW)["job_id"] == "5"
@@ -24,7 +26,8 @@ def test_identity_from_the_start_time_and_awx():
 
 @pytest.mark.parametrize(
     "given",
-    [{"run_id": "a\nb"}, {"run_id": "x" * 10000}, {"job_id": "1 2"}, {"run_id": "-leading"}],
+    [{"run_id": "a\nb"}, {"run_id": "x" * 10000}, {"job_id": "1 2"}, {"run_id": "-leading"},
+     {"workflow_id": "7\n"}],
 )
 def test_run_and_job_ids_must_be_one_short_token(given):
     with pytest.raises(records.IdentityError, match="is not one token of at most 63"):
