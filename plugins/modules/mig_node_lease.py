@@ -118,6 +118,18 @@ options:
   lock_file:
     description: Hold the node with this lock file on the host instead of a Kubernetes Lease.
     type: path
+  keep_alive:
+    description:
+      - With a Lease (not O(lock_file)), once the hold is taken or renewed, a process on the
+        controller renews it every third of O(duration) for as long as the C(ansible-playbook)
+        run that took it lives, and stops when that run ends, when the hold is released or taken
+        over, or when no renewal got through for a whole O(duration). So O(duration) can be
+        short whatever the longest step; a run that dies blocks the node for O(duration) at most.
+      - One such process per hold and run; another call for the same hold finds it running.
+      - Ignored in check mode; without an C(ansible-playbook) or C(ansible-runner) process above
+        the module, nothing is started and RV(kept_alive) says so.
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -179,6 +191,12 @@ lease:
   description: The hold as written (holder, holder identity, acquire and renew times, duration).
   returned: success, unless released
   type: dict
+kept_alive:
+  description:
+    - With O(keep_alive), what renews the hold from now on, C(started), C(kept already) (by an
+      earlier call of this run), or why nothing does.
+  returned: when O(keep_alive) and the hold was taken or renewed
+  type: str
 """
 
 import contextlib
@@ -192,7 +210,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
 
-from ansible_collections.gpuops.mig.plugins.module_utils import _lease
+from ansible_collections.gpuops.mig.plugins.module_utils import _keep_alive, _lease
 from ansible_collections.gpuops.mig.plugins.module_utils._common import fail_from
 from ansible_collections.gpuops.mig.plugins.module_utils._k8s_api import bounded
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError
@@ -213,7 +231,11 @@ LEASE_OPTIONS = dict(
     wait=dict(type="int", default=0),
     wait_delay=dict(type="int", default=5),
     lock_file=dict(type="path"),
+    keep_alive=dict(type="bool", default=False),
 )
+
+# Seconds the module waits for its keep-alive process to be ready (its first API call).
+KEEP_ALIVE_READY = 60
 
 # Writes lost to another rollout (409) before giving up: each loss means that rollout made progress.
 MAX_CONFLICTS = 10
@@ -358,6 +380,39 @@ def settle(module, store, params):
         time.sleep(max(1, min(params["wait_delay"], params["wait"] - waited)))
 
 
+def keep_alive(module, name, params):
+    """Start the process that renews this run's Lease while the run lives (_keep_alive.py)."""
+    run = _keep_alive.run_process()
+    if run is None:
+        return "not started: no ansible-playbook or ansible-runner process runs this module"
+    holder, node, duration = params["holder"], params["node"], params["duration"]
+    box = {}
+
+    def warm_up():
+        box["lock"] = _keep_alive.exclusive("%s/%s/%s" % (params["namespace"], name,
+                                                          holder["run_id"]))
+        if box["lock"] is None:
+            return False
+        box["store"] = LeaseStore(module, name, params["namespace"])
+        box["store"].read()
+        return True
+
+    def step():
+        store = box["store"]
+        try:
+            current = store.read()
+            if current is None or not _lease.is_ours(current, holder):
+                return "stop"
+            rec = _lease.record(holder, _lease.utc_now(), duration, current["acquire_time"])
+            written = store.write(_lease.RENEW, current, store.body(node, rec))
+            return "renewed" if written else "failed"
+        except Exception:  # pylint: disable=broad-except
+            return "failed"    # the API did not answer: tried again at the next interval
+
+    return _keep_alive.detach(KEEP_ALIVE_READY, warm_up,
+                              lambda: _keep_alive.renew_while(run, duration, step))
+
+
 def main():
     spec = dict(AUTH_ARG_SPEC)
     spec.update(LEASE_OPTIONS)
@@ -376,6 +431,10 @@ def main():
         else:
             store = LeaseStore(module, name, params["namespace"])
         result = settle(module, store, params)
+        taken = (_lease.CREATE, _lease.TAKE, _lease.TAKE_OVER, _lease.RENEW)
+        if (params["keep_alive"] and not params["lock_file"] and not module.check_mode
+                and result["action"] in taken):
+            result["kept_alive"] = keep_alive(module, name, params)
     except GpuopsError as err:
         fail_from(module, err)
     except Exception as err:  # the client's API errors (403, 5xx, no connection) and OS errors, phrased for a person
