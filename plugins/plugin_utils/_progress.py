@@ -46,14 +46,20 @@ def message_lines(msg: Any) -> list[str]:
     return [line for line in lines if line.strip()]
 
 
+# The controller: site.yml's summary and lease plays run there; it is no node of the fleet.
+CONTROLLER = "localhost"
+
+
 def tally(per_host: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """The closing lines from {host: {"ok", "changed", "failures", "unreachable", ...}} (Ansible's
-    stats.summarize per host): one count line, then one line per host that failed or was unreachable."""
+    stats.summarize per host): one count line of the nodes (the controller counted only when it
+    failed), then one line per host that failed or was unreachable."""
     failed = sorted(h for h, t in per_host.items() if t.get("failures"))
     unreachable = sorted(h for h, t in per_host.items() if t.get("unreachable"))
-    changed = sorted(h for h, t in per_host.items() if t.get("changed"))
-    lines = ["%d host(s): %d changed, %d failed, %d unreachable" % (len(per_host), len(changed), len(failed),
-                                                                    len(unreachable))]
+    nodes = [h for h in per_host if h != CONTROLLER]
+    changed = [h for h in nodes if per_host[h].get("changed")]
+    lines = ["%d node(s): %d changed, %d failed, %d unreachable" % (
+        len(nodes), len(changed), len(failed), len(unreachable))]
     lines += ["  failed: %s" % host for host in failed]
     lines += ["  unreachable: %s" % host for host in unreachable]
     return lines

@@ -71,16 +71,27 @@ def batch_stops(failed: int, size: int, max_fail_percentage: float | str | None 
 PREVIEW_FAILURE_POLICIES = ("stop", "skip")
 
 
-def preview_failure(message: str | None, policy: str | None = "stop") -> dict[str, Any]:
+def preview_failure(message: str | None, policy: str | None = "stop", node: str = "",
+                    step: str = "") -> dict[str, Any]:
     """What a node refused in site.yml's preview means for the rollout (gpuops_mig_preview_failure).
 
     stop: the rollout stops before any node changes ({"skip": False}); skip: the node is left untouched,
-    the others go on, and the summary lists it with the reason ({"skip": True, "reason": message})."""
+    the others go on, and the summary lists it with the reason ({"skip": True, "reason": message}).
+    "message" says it for the person: the node, the step that failed, why, and the other choice."""
     policy = str(policy if policy is not None else "stop").strip().lower() or "stop"
     if policy not in PREVIEW_FAILURE_POLICIES:
         raise ValueError("gpuops_mig_preview_failure must be stop or skip, not '%s'" % policy)
-    reason = " ".join(str(message or "the preview failed").split())
-    return {"skip": policy == "skip", "reason": reason}
+    reason = " ".join(str(message or "").split())
+    where = " at '%s'" % step if step else ""
+    said = "%s: its preview failed%s: %s." % (node or "a node", where,
+                                               reason.rstrip(".") or "no message")
+    if policy == "skip":
+        said += " It is left as it is; the other nodes go on."
+    else:
+        said += (" No node was changed: the rollout stops here. To roll out the other nodes and"
+                 " leave the nodes whose preview fails as they are, set"
+                 " gpuops_mig_preview_failure: skip.")
+    return {"skip": policy == "skip", "reason": reason or "the preview failed", "message": said}
 
 
 # Converged nodes listed one by one up to this many; beyond it one line names them, so a converged re-run of a

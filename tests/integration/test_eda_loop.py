@@ -347,7 +347,7 @@ def test_every_documented_round_setting_reaches_the_round(kube_api, kube_env, tm
         "gpuops_mig_round_cooldown": "0", "gpuops_mig_round_dry_run": "False",
         "mig_node_validate_delay": "1", "mig_node_drain_retry_delay": "1"})
     assert run.returncode == 0, output(run)
-    assert "Batch 1: gpu-b, gpu-c (2 of 2 node(s) to change)" in run.stdout, output(run)
+    assert "Batch 1: gpu-b, gpu-c (2 node(s) of the 2 that change)" in run.stdout, output(run)
     assert "Batch 2" not in run.stdout
     last = json.loads((round_dir / "last-round.json").read_text())
     assert last["settings"] == {"max_nodes": 2, "cooldown": 0, "dry_run": False, "serial": 2,

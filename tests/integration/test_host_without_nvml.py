@@ -25,6 +25,10 @@ def test_site_refuses_a_host_without_nvidia_ml_py_and_names_it(tmp_path):
     assert "gpu-nonvml: nvidia-ml-py (import pynvml) is not importable by %s" % WITHOUT_NVML in stopped.stdout, \
         output(stopped)
     assert {name: fleet.digest(name) for name in fleet.hosts} == before      # nothing changed, on either host
+    # The line that stops the rollout names the node, its failed step and the other choice.
+    assert "gpu-nonvml: its preview failed at '" in stopped.stdout, output(stopped)
+    assert "No node was changed: the rollout stops here. To roll out the other nodes" in stopped.stdout
+    assert "set gpuops_mig_preview_failure: skip." in stopped.stdout
 
     skipped = fleet.run("playbooks/site.yml", dict(NO_CLUSTER, gpuops_mig_preview_failure="skip"))
     assert skipped.returncode == 0, output(skipped)

@@ -34,7 +34,7 @@ def test_a_rollout_an_operator_can_follow(cluster, cluster_env, tmp_path):
     assert [f.split(": ")[1] for f in failures] == ["Apply the MIG geometry", "Fail with what went wrong"], first.stdout
     assert all("insufficient resources" in f for f in failures), first.stdout
     assert "[ERROR]" not in first.stdout + first.stderr and "Origin:" not in first.stdout, first.stdout
-    assert lines[-2:] == ["-- 2 host(s): 2 changed, 1 failed, 0 unreachable", "  failed: node-2"], first.stdout
+    assert lines[-2:] == ["-- 2 node(s): 2 changed, 1 failed, 0 unreachable", "  failed: node-2"], first.stdout
 
     sim.clear_faults(bad)
     again = fleet.run("playbooks/site.yml", knobs)

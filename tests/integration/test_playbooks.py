@@ -302,7 +302,7 @@ def test_converged_nodes_never_wait_for_a_batch_and_the_summary_tells(
     assert _play_hosts(site.stdout, "Finish the converged nodes") == {"gpu-a"}
     batches = sorted(line.strip().strip('"') for line in site.stdout.splitlines() if '"msg": "Batch ' in line)
     assert [b.split('"Batch ', 1)[1][:1] for b in batches] == ["1", "2"], batches
-    assert all("(1 of 2 node(s) to change)." in b for b in batches), batches
+    assert all("(1 node(s) of the 2 that change)." in b for b in batches), batches
     # The summary: one row per node, created devices counted.
     rows = [line for line in site.stdout.splitlines() if line.strip().strip('",').startswith("gpu-")]
     assert any("gpu-a" in r and "converged" in r for r in rows), rows

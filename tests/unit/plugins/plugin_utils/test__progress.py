@@ -22,8 +22,16 @@ def test_a_message_becomes_lines():
 
 def test_the_tally_names_the_hosts_that_failed():
     lines = progress.tally({"a": {"changed": 2}, "b": {"failures": 1}, "c": {"unreachable": 1}, "d": {}})
-    assert lines == ["4 host(s): 1 changed, 1 failed, 1 unreachable", "  failed: b", "  unreachable: c"]
-    assert progress.tally({}) == ["0 host(s): 0 changed, 0 failed, 0 unreachable"]
+    assert lines == ["4 node(s): 1 changed, 1 failed, 1 unreachable", "  failed: b", "  unreachable: c"]
+    assert progress.tally({}) == ["0 node(s): 0 changed, 0 failed, 0 unreachable"]
+
+
+def test_the_controller_is_no_node_unless_it_failed():
+    nodes = {"a": {"changed": 1}, "b": {"changed": 1}, "c": {"changed": 1}}
+    lines = progress.tally(dict(nodes, localhost={"changed": 1}))
+    assert lines == ["3 node(s): 3 changed, 0 failed, 0 unreachable"]
+    lines = progress.tally(dict(nodes, localhost={"failures": 1}))
+    assert lines == ["3 node(s): 3 changed, 1 failed, 0 unreachable", "  failed: localhost"]
 
 
 def test_a_failure_is_one_line_with_its_message():

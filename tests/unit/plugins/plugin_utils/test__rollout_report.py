@@ -83,11 +83,26 @@ def test_batch_stops_follows_ansibles_rule(failed, size, tolerance, stops):
 
 def test_preview_failure_stop_or_skip():
     from ansible_collections.gpuops.mig.plugins.plugin_utils._rollout_report import preview_failure
-    assert preview_failure("gpu-1: busy.\n  Stop them", "skip") == {"skip": True, "reason": "gpu-1: busy. Stop them"}
+    skipped = preview_failure("gpu-1: busy.\n  Stop them", "skip")
+    assert skipped["skip"] is True and skipped["reason"] == "gpu-1: busy. Stop them"
     assert preview_failure("x", "stop")["skip"] is False
     assert preview_failure("x", None)["skip"] is False and preview_failure("x", " SKIP ")["skip"] is True
     with pytest.raises(ValueError, match="gpuops_mig_preview_failure must be stop or skip, not 'skp'"):
         preview_failure("x", "skp")
+
+
+def test_a_failed_preview_names_the_node_the_step_and_the_other_choice():
+    from ansible_collections.gpuops.mig.plugins.plugin_utils._rollout_report import preview_failure
+    stop = preview_failure("System has not been booted with systemd.\n", "stop", "sim-01",
+                           "List the running services")
+    assert stop["message"] == (
+        "sim-01: its preview failed at 'List the running services': System has not been booted"
+        " with systemd. No node was changed: the rollout stops here. To roll out the other nodes"
+        " and leave the nodes whose preview fails as they are, set gpuops_mig_preview_failure: skip.")
+    skip = preview_failure("", "skip", "sim-02")
+    assert skip["message"] == ("sim-02: its preview failed: no message. It is left as it is; the"
+                               " other nodes go on.")
+    assert skip["reason"] == "the preview failed"
 
 
 def test_skipped_nodes_are_listed_with_the_reason():
