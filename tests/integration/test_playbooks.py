@@ -2,6 +2,7 @@
 (examples/simulated-fleet) and the Kubernetes API emulator, with the real helm binary."""
 
 import json
+import re
 
 import pytest
 
@@ -46,6 +47,7 @@ def test_canary_failure_stops_the_rollout_then_report_then_disable(cluster, clus
     report = tmp_path / "report.json"
     facts = fleet.run("playbooks/facts.yml", {"gpuops_mig_report_file": str(report)})
     assert facts.returncode == 0, output(facts)
+    assert re.search(r"changed=[1-9]", facts.stdout) is None, facts.stdout   # read-only: no change
     data = json.loads(report.read_text())["hosts"]
     assert [g["mig_mode"]["current"] for g in data["gpu-bad"]["gpus"]] == ["enabled"]
     assert [g["name"] for g in data["gpu-good"]["gpus"]] == ["NVIDIA A30"] * 2
