@@ -11,6 +11,7 @@ checks (plugin_utils/_preflight.py), where the layout comes from, and the decisi
 
 from __future__ import annotations
 
+import base64
 import os
 
 import yaml
@@ -19,6 +20,7 @@ from ansible.errors import AnsibleError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.gpuops.mig.plugins.module_utils import _bounded_yaml as bounded_yaml
 from ansible_collections.gpuops.mig.plugins.module_utils import _k8s_objects as k8s_objects
 from ansible_collections.gpuops.mig.plugins.module_utils import _lease as lease
 from ansible_collections.gpuops.mig.plugins.module_utils import _migparted as migparted
@@ -262,7 +264,8 @@ class ActionModule(ActionBase):
         elif kind == "mig_node_config":
             module_args = {"config": args["config"]}
         elif kind == "mig_node_config_file":
-            module_args = {"config": self._read_file(args["config_file"])}
+            text, origin = self._read_file(args["config_file"], task_vars)
+            module_args = {"config": text}
         elif kind == layout_source.PLAN:
             # No layouts: the plan leaves the node as it is (no MIG-capable GPU); it is only read.
             planned = args["plan"].get("layouts") or None
@@ -284,16 +287,43 @@ class ActionModule(ActionBase):
         return {"node": node, "labels": labels, "operator": operator, "source_kind": kind, "source": source,
                 "config_name": name, "config_label": label, "module_args": module_args, "configmap": configmap}
 
-    def _read_file(self, path):
-        # As the file lookup finds it (the role's files/, the playbook's directory, or an absolute path);
-        # the module parses the text, so a key defined twice is refused rather than silently dropped.
-        # Read as the modules read config_file: a regular file only (a FIFO would hang the play),
-        # within the limit on a config's size, every error a refusal naming the variable.
+    def _read_file(self, path, task_vars):
+        """(text, origin: None on the controller, else where on the node it was read). On the
+        controller as the file lookup finds it (the role's
+        files/, the playbook's directory, or an absolute path); else, for an absolute path, on the
+        node, where NVIDIA's host install keeps /etc/nvidia-mig-manager/config.yaml. The module
+        parses the text, so a key defined twice is refused rather than silently dropped. Read as
+        the modules read config_file: a regular file only (a FIFO would hang the play), within the
+        limit on a config's size, every error a refusal naming the variable."""
         try:
             found = self._find_needle("files", path)
         except (AnsibleError, ValueError) as e:
-            raise RefusedError("mig_node_config_file %s cannot be read: %s" % (path, e))
-        return migparted.read_config_file(found, "mig_node_config_file")
+            if not (isinstance(path, str) and path.startswith("/")):
+                raise RefusedError("mig_node_config_file %s cannot be read: %s" % (path, e))
+            return self._read_node_file(path, task_vars), "mig_node_config_file %s on the node" % path
+        return migparted.read_config_file(found, "mig_node_config_file"), None
+
+    def _read_node_file(self, path, task_vars):
+        """The text of `path` on the node, looked at first (a regular file within the limit)."""
+        where = "mig_node_config_file %s" % path
+        st = self._execute_module("ansible.builtin.stat", module_args={"path": path, "get_checksum": False},
+                                  task_vars=task_vars)
+        st_info = st.get("stat") or {}
+        if st.get("failed") or not st_info.get("exists"):
+            raise RefusedError("%s cannot be read: it is neither on the controller (next to the playbook, in the "
+                               "role's files/, or at that path) nor on the node" % where)
+        if not st_info.get("isreg"):
+            raise RefusedError("%s on the node is not a regular file" % where)
+        if int(st_info.get("size") or 0) > bounded_yaml.MAX_CHARS:
+            raise RefusedError("%s on the node: more than %d bytes, the most it may have"
+                               % (where, bounded_yaml.MAX_CHARS))
+        got = self._execute_module("ansible.builtin.slurp", module_args={"src": path}, task_vars=task_vars)
+        if got.get("failed"):
+            raise RefusedError("%s on the node cannot be read: %s" % (where, got.get("msg") or "?"))
+        try:
+            return base64.b64decode(got.get("content") or "").decode("utf-8")
+        except (ValueError, UnicodeDecodeError) as e:
+            raise RefusedError("%s on the node: not UTF-8 text (%s)" % (where, e))
 
     def _read(self, host, args, module_args, task_vars, result):
         """gpuops.mig.mig_node_info once; with nvidia-ml-py missing and preflight.install_nvml, pip installs it

@@ -3,11 +3,13 @@ trailing newline or digits of other scripts are refused as the modules refuse th
 list a GPU twice are refused, what the actions generate is checked by the modules' validation
 before it is returned, and mig_node_config_file is read as the modules read config_file."""
 
+import base64
 import copy
 import os
 import types
 
 import pytest
+from ansible.errors import AnsibleError
 
 from ansible_collections.gpuops.mig.plugins.action import mig_generate_config, mig_node_preview
 from ansible_collections.gpuops.mig.plugins.action.mig_plan import ActionModule as PlanAction
@@ -118,14 +120,58 @@ def test_a_bad_config_label_from_the_planner_is_caught_in_the_action(monkeypatch
     assert_refused(plan(demand={"1g.10gb": 2}), PLAN_REFUSED, "is not a Kubernetes label value")
 
 
-def preview_read(path):
-    """mig_node_preview's read of mig_node_config_file, the file lookup finding ``path`` as is."""
+def preview_action(find=None, node_modules=None):
+    """mig_node_preview, the file lookup finding a path as is (or as ``find`` says), the modules it
+    runs on the node answering from ``node_modules`` ({module name: result})."""
     task = types.SimpleNamespace(args={}, async_val=0, check_mode=False,
                                  action="gpuops.mig.mig_node_preview")
     action = mig_node_preview.ActionModule(task, types.SimpleNamespace(_shell=None), None, None,
                                            None, None)
-    action._find_needle = lambda kind, needle: needle
-    return action._read_file(path)
+    action._find_needle = find or (lambda kind, needle: needle)
+    ran = []
+
+    def execute(name, module_args=None, task_vars=None):
+        ran.append((name, module_args))
+        return (node_modules or {})[name]
+
+    action._execute_module = execute
+    action.ran = ran
+    return action
+
+
+def preview_read(path):
+    """mig_node_preview's read of mig_node_config_file on the controller."""
+    text, origin = preview_action()._read_file(path, {})
+    assert origin is None
+    return text
+
+
+def not_on_the_controller(kind, needle):
+    raise AnsibleError("Could not find or access '%s'" % needle)
+
+
+def test_a_config_file_on_the_node_is_read_there_and_said_so():
+    """NVIDIA's host install keeps /etc/nvidia-mig-manager/config.yaml on the GPU node (issue 35):
+    not on the controller, it is read on the node, looked at first."""
+    path = "/etc/nvidia-mig-manager/config.yaml"
+    text = "version: v1\nmig-configs:\n  all-disabled: []\n"
+    action = preview_action(not_on_the_controller, {
+        "ansible.builtin.stat": {"stat": {"exists": True, "isreg": True, "size": len(text)}},
+        "ansible.builtin.slurp": {"content": base64.b64encode(text.encode()).decode()}})
+    assert action._read_file(path, {}) == (text, "mig_node_config_file %s on the node" % path)
+    assert [name for name, dummy in action.ran] == ["ansible.builtin.stat", "ansible.builtin.slurp"]
+    for answer, says in (
+            ({"stat": {"exists": False}}, "is neither on the controller (next to the playbook, in "
+                                          "the role's files/, or at that path) nor on the node"),
+            ({"stat": {"exists": True, "isreg": False}}, "on the node is not a regular file"),
+            ({"stat": {"exists": True, "isreg": True, "size": 10 ** 9}}, "more than 1048576 bytes")):
+        action = preview_action(not_on_the_controller, {"ansible.builtin.stat": answer})
+        with pytest.raises(GpuopsError, match="mig_node_config_file %s" % path) as raised:
+            action._read_file(path, {})
+        assert says in str(raised.value)
+        assert [name for name, dummy in action.ran] == ["ansible.builtin.stat"]   # never opened
+    with pytest.raises(GpuopsError, match="mig_node_config_file config.yaml cannot be read"):
+        preview_action(not_on_the_controller)._read_file("config.yaml", {})   # relative: no node
 
 
 def test_mig_node_config_file_is_read_as_the_modules_read_config_file(tmp_path):
