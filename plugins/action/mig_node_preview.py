@@ -300,24 +300,27 @@ class ActionModule(ActionBase):
         except (AnsibleError, ValueError) as e:
             if not (isinstance(path, str) and path.startswith("/")):
                 raise RefusedError("mig_node_config_file %s cannot be read: %s" % (path, e))
-            return self._read_node_file(path, task_vars), "mig_node_config_file %s on the node" % path
+            origin = "mig_node_config_file %s on the node" % path
+            return self._read_node_file(path, task_vars), origin
         return migparted.read_config_file(found, "mig_node_config_file"), None
 
     def _read_node_file(self, path, task_vars):
         """The text of `path` on the node, looked at first (a regular file within the limit)."""
         where = "mig_node_config_file %s" % path
-        st = self._execute_module("ansible.builtin.stat", module_args={"path": path, "get_checksum": False},
-                                  task_vars=task_vars)
+        st = self._execute_module("ansible.builtin.stat", task_vars=task_vars,
+                                  module_args={"path": path, "get_checksum": False})
         st_info = st.get("stat") or {}
         if st.get("failed") or not st_info.get("exists"):
-            raise RefusedError("%s cannot be read: it is neither on the controller (next to the playbook, in the "
-                               "role's files/, or at that path) nor on the node" % where)
+            raise RefusedError("%s cannot be read: it is neither on the controller (next to the "
+                               "playbook, in the role's files/, or at that path) nor on the node"
+                               % where)
         if not st_info.get("isreg"):
             raise RefusedError("%s on the node is not a regular file" % where)
         if int(st_info.get("size") or 0) > bounded_yaml.MAX_CHARS:
             raise RefusedError("%s on the node: more than %d bytes, the most it may have"
                                % (where, bounded_yaml.MAX_CHARS))
-        got = self._execute_module("ansible.builtin.slurp", module_args={"src": path}, task_vars=task_vars)
+        got = self._execute_module("ansible.builtin.slurp", module_args={"src": path},
+                                   task_vars=task_vars)
         if got.get("failed"):
             raise RefusedError("%s on the node cannot be read: %s" % (where, got.get("msg") or "?"))
         try:

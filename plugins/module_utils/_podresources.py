@@ -97,8 +97,8 @@ def list_pod_resources(socket_path: str, timeout: float = TIMEOUT) -> Any:
         mode = os.stat(socket_path).st_mode
     except (OSError, ValueError) as e:   # ValueError: a NUL in the path
         raise AllocationsUnreadable(
-            "%s cannot be used: %s. No kubelet on this host, or it keeps its root directory elsewhere:"
-            " set mig_node_pod_resources_socket (the modules' pod_resources_socket)"
+            "%s cannot be used: %s. No kubelet on this host, or it keeps its root directory"
+            " elsewhere: set mig_node_pod_resources_socket (the modules' pod_resources_socket)"
             % (where, getattr(e, "strerror", None) or e))
     if not stat.S_ISSOCK(mode):
         raise AllocationsUnreadable("%s is not a unix socket" % where)

@@ -83,8 +83,8 @@ def preview_failure(message: str | None, policy: str | None = "stop", node: str 
         raise ValueError("gpuops_mig_preview_failure must be stop or skip, not '%s'" % policy)
     reason = " ".join(str(message or "").split())
     where = " at '%s'" % step if step else ""
-    said = "%s: its preview failed%s: %s." % (node or "a node", where,
-                                               reason.rstrip(".") or "no message")
+    why = reason.rstrip(".") or "no message"
+    said = "%s: its preview failed%s: %s." % (node or "a node", where, why)
     if policy == "skip":
         said += " It is left as it is; the other nodes go on."
     else:
