@@ -1,11 +1,13 @@
 """An API server that answers 500 for a while, or hangs, in the middle of a rollout (issue 37): the
 run gives up within bounds, the node is left `failed` with its reason (annotation and Event,
-written once the API answers again), its Lease released, and the next run puts it right. The faults
-come from a small HTTP proxy in front of the cluster's API (self-contained: it needs nothing of the
-emulator)."""
+written once the API answers again), its Lease released, and the next run puts it right. On the
+real test cluster, as the rollout's ServiceAccount: the faults come from a small HTTPS proxy in
+front of kube-apiserver (it serves the API server's own certificate and passes the bearer token
+on, so the server authenticates and authorizes every request as it would)."""
 
 import http.client
 import http.server
+import ssl
 import threading
 import time
 import urllib.parse
@@ -32,11 +34,15 @@ class Proxy(http.server.ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, upstream):
+    def __init__(self, upstream, cert, key, ca):
         super().__init__(("127.0.0.1", 0), Forward)
         self.upstream = urllib.parse.urlsplit(upstream)
         self.mode, self.until = None, 0.0
         self.faulted = 0
+        serving = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        serving.load_cert_chain(cert, key)
+        self.socket = serving.wrap_socket(self.socket, server_side=True)
+        self.client_context = ssl.create_default_context(cafile=ca)
 
     def fail_for(self, mode, seconds):
         self.mode, self.until = mode, time.monotonic() + seconds
@@ -62,9 +68,9 @@ class Forward(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(STATUS_500)
             return
-        upstream = http.client.HTTPConnection(
-            proxy.upstream.hostname, proxy.upstream.port, timeout=600
-        )
+        upstream = http.client.HTTPSConnection(
+            proxy.upstream.hostname, proxy.upstream.port, timeout=600,
+            context=proxy.client_context)
         headers = dict(
             (k, v) for k, v in self.headers.items() if k.lower() not in ("host", "connection")
         )
@@ -92,12 +98,14 @@ class Forward(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def proxy(kube_api, tmp_path):
-    server = Proxy(kube_api.url)
+def proxy(cluster, cluster_env, tmp_path):
+    plane = cluster.control_plane
+    server = Proxy(plane.url, plane.pki["apiserver.crt"], plane.pki["apiserver.key"],
+                   plane.pki["ca.crt"])
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    with open(kube_api.kubeconfig) as handle:
+    with open(cluster_env["KUBECONFIG"]) as handle:
         config = yaml.safe_load(handle)
-    config["clusters"][0]["cluster"]["server"] = "http://127.0.0.1:%d" % server.server_address[1]
+    config["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:%d" % server.server_address[1]
     server.kubeconfig = str(tmp_path / "kubeconfig-proxy")
     with open(server.kubeconfig, "w") as handle:
         yaml.safe_dump(config, handle)
@@ -105,7 +113,7 @@ def proxy(kube_api, tmp_path):
     server.shutdown()
 
 
-def when_pending(kube_api, node, action):
+def when_pending(cluster, node, action):
     """Call action() once, when `node` is first labelled pending (its change under way)."""
     done = []
 
@@ -118,46 +126,47 @@ def when_pending(kube_api, node, action):
             done.append(True)
             action()
 
-    kube_api.on("modified", hook, kind="Node")
+    cluster.on("modified", hook, kind="Node")
 
 
 def test_forty_seconds_of_500s_mid_rollout_leave_the_node_failed_with_why_and_released(
-    kube_api, kube_env, tmp_path, proxy
+    cluster, cluster_env, tmp_path, proxy
 ):
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet = Fleet(tmp_path, cluster, cluster_env)
     fleet.env.update(KUBECONFIG=proxy.kubeconfig, K8S_AUTH_KUBECONFIG=proxy.kubeconfig)
     fleet.add("node-a", "1xA30-24GB", mig_node_layouts=LAYOUT)
-    when_pending(kube_api, "node-a", lambda: proxy.fail_for("500", 40))
+    when_pending(cluster, "node-a", lambda: proxy.fail_for("500", 40))
 
     proc = fleet.run("playbooks/site.yml", FAST)
     assert proc.returncode != 0 and proxy.faulted > 0
-    node = kube_api.get("Node", "node-a")["metadata"]
+    node = cluster.get("Node", "node-a")["metadata"]
     assert node["labels"][STATE] == "failed", proc.stdout[-4000:]
     assert (
         "injected outage" in node["annotations"][LAST_ERROR]
         or "500" in node["annotations"][LAST_ERROR]
     )
-    events = [
-        e for e in kube_api.list("Event", "default") if e["involvedObject"]["name"] == "node-a"
+    events = [  # the collection's, not the kubelet's or the node controller's
+        e for e in cluster.list("Event", "default")
+        if e["involvedObject"]["name"] == "node-a" and e["reason"].startswith("Mig")
     ]
     assert [e["reason"] for e in events] == ["MigReconfigureFailed"]
-    assert not kube_api.get("Lease", "gpuops-mig-node-a")["spec"].get("holderIdentity")  # released
+    assert not cluster.get("Lease", "gpuops-mig-node-a")["spec"].get("holderIdentity")  # released
 
     again = fleet.run("playbooks/site.yml", FAST)
     assert again.returncode == 0, again.stdout[-4000:]
-    assert kube_api.get("Node", "node-a")["metadata"]["labels"][STATE] == "success"
+    assert cluster.get("Node", "node-a")["metadata"]["labels"][STATE] == "success"
 
 
 def test_a_hung_api_server_mid_rollout_ends_the_run_within_bounds(
-    kube_api, kube_env, tmp_path, proxy
+    cluster, cluster_env, tmp_path, proxy
 ):
     """The API hangs for good once the node is pending: the run ends (each call has a timeout), the
     node is left cordoned and pending for the next run, which puts it right once the API answers.
     """
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet = Fleet(tmp_path, cluster, cluster_env)
     fleet.env.update(KUBECONFIG=proxy.kubeconfig, K8S_AUTH_KUBECONFIG=proxy.kubeconfig)
     fleet.add("node-a", "1xA30-24GB", mig_node_layouts=LAYOUT)
-    when_pending(kube_api, "node-a", lambda: proxy.fail_for("hang", 100000))
+    when_pending(cluster, "node-a", lambda: proxy.fail_for("hang", 100000))
 
     started = time.monotonic()
     # Shorter bounds than the defaults (60 s a call), so the test takes minutes, not ten.
@@ -173,4 +182,4 @@ def test_a_hung_api_server_mid_rollout_ends_the_run_within_bounds(
     )  # the held requests end; the dead run's Lease lapses (30 s) before the next run takes it
     again = fleet.run("playbooks/site.yml", FAST)
     assert again.returncode == 0, again.stdout[-4000:]
-    assert kube_api.get("Node", "node-a")["metadata"]["labels"][STATE] == "success"
+    assert cluster.get("Node", "node-a")["metadata"]["labels"][STATE] == "success"
