@@ -62,6 +62,7 @@ from test_mig_ready import (  # noqa: E402
     condition,
     plugin_daemonsets,
     restart_plugins,
+    start_watcher,
     tainted,
 )
 from test_roles import Fleet  # noqa: E402
@@ -91,48 +92,12 @@ class Watcher(object):
         workdir.mkdir()
         env = client_env(kubeconfig, workdir, cluster.control_plane.bin_dir)
         self.fleet = Fleet(workdir, cluster, env)
-        inventory = workdir / "inventory"
-        inventory.mkdir()
-        shutil.copytree(str(self.fleet.dir / "group_vars"), str(inventory / "group_vars"))
         # The hosts the workflow may reach: simulated hosts (connection local, their GPUs in
         # fleet/<name>.json, tools/sim-bin first on PATH: group_vars/all/simulation.yml).
         hosts = dict((name, {"mig_node_layouts": LAYOUTS}) for name in workflow_hosts)
-        (inventory / "hosts.yml").write_text(
-            yaml.safe_dump(
-                {
-                    "all": {
-                        "hosts": {
-                            "localhost": {
-                                "ansible_connection": "local",
-                                "ansible_python_interpreter": os.path.join(BIN, "python"),
-                            }
-                        },
-                        "children": {"gpu_nodes": {"hosts": hosts}} if hosts else {},
-                        "vars": {"gpuops_mig_ready_pools": POOLS},
-                    }
-                }
-            )
-        )
-        gate_vars = workdir / "gate-vars.yml"
-        gate_vars.write_text(yaml.safe_dump({"gpuops_mig_ready_converge_seconds": converge}))
-        self.log = open(str(workdir / "rulebook.log"), "w")
         began = time.time()
-        self.proc = subprocess.Popen(
-            [
-                os.path.join(BIN, "ansible-rulebook"),
-                "-i",
-                str(inventory),
-                "--rulebook",
-                "gpuops.mig.mig_ready",
-                "--vars",
-                str(gate_vars),
-                "-v",
-            ],
-            env=self.fleet.env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            cwd=str(workdir),
-        )
+        self.proc, self.log = start_watcher(workdir, self.fleet.env, POOLS, converge, hosts,
+                                            self.fleet.dir / "group_vars")
         # Settled: the watcher has lifted the taint of a warm-up node (its first playbook run is
         # behind it) and runs nothing.
         name = "warmup-" + workdir.name

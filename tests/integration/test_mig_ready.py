@@ -8,6 +8,7 @@ nvidia.com/mig.config label, GPU pods already waiting for them.
 """
 
 import os
+import shutil
 import subprocess
 import time
 
@@ -41,6 +42,30 @@ POOLS = {
         "layouts": [{"gpus": "all", "devices": {"3g.40gb": 2}}],
     },
 }
+
+
+def start_watcher(workdir, env, pools, converge, workflow_hosts=None, group_vars=None):
+    """ansible-rulebook with gpuops.mig.mig_ready in ``workdir``, watching ``pools``: the
+    inventory names localhost, and ``workflow_hosts`` ({name: vars}) in gpu_nodes with
+    ``group_vars`` (a directory, copied) when the overdue path may run the workflow on them.
+    Returns the process and its open log."""
+    inventory = workdir / "inventory"
+    inventory.mkdir()
+    if group_vars:
+        shutil.copytree(str(group_vars), str(inventory / "group_vars"))
+    localhost = {"ansible_connection": "local", "ansible_python_interpreter": os.path.join(BIN, "python")}
+    everyone = {"hosts": {"localhost": localhost}, "vars": {"gpuops_mig_ready_pools": pools}}
+    if workflow_hosts:
+        everyone["children"] = {"gpu_nodes": {"hosts": dict(workflow_hosts)}}
+    (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": everyone}))
+    gate_vars = workdir / "gate-vars.yml"
+    gate_vars.write_text(yaml.safe_dump({"gpuops_mig_ready_converge_seconds": converge}))
+    log = open(str(workdir / "rulebook.log"), "w")
+    command = [os.path.join(BIN, "ansible-rulebook"), "-i", str(inventory),
+               "--rulebook", "gpuops.mig.mig_ready", "--vars", str(gate_vars), "-v"]
+    proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            cwd=str(workdir))
+    return proc, log
 
 
 def plugin_daemonsets():
@@ -155,42 +180,7 @@ def test_a_joining_node_takes_gpu_pods_only_once_its_layout_is_advertised_a_fail
         timeout=60,
     )
 
-    inventory = tmp_path / "inventory"
-    inventory.mkdir()
-    (inventory / "hosts.yml").write_text(
-        yaml.safe_dump(
-            {
-                "all": {
-                    "hosts": {
-                        "localhost": {
-                            "ansible_connection": "local",
-                            "ansible_python_interpreter": os.path.join(BIN, "python"),
-                        }
-                    },
-                    "vars": {"gpuops_mig_ready_pools": POOLS},
-                }
-            }
-        )
-    )
-    gate_vars = tmp_path / "gate-vars.yml"
-    gate_vars.write_text(yaml.safe_dump({"gpuops_mig_ready_converge_seconds": 3600}))
-    log = open(str(tmp_path / "rulebook.log"), "w")
-    proc = subprocess.Popen(
-        [
-            os.path.join(BIN, "ansible-rulebook"),
-            "-i",
-            str(inventory),
-            "--rulebook",
-            "gpuops.mig.mig_ready",
-            "--vars",
-            str(gate_vars),
-            "-v",
-        ],
-        env=fleet.env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=str(tmp_path),
-    )
+    proc, log = start_watcher(tmp_path, fleet.env, POOLS, converge=3600)
     try:
         # 1. The first decision: neither node is ready; each condition says what is missing.
         cluster.wait_for(
