@@ -95,7 +95,7 @@ class Watcher(object):
         inventory.mkdir()
         shutil.copytree(str(self.fleet.dir / "group_vars"), str(inventory / "group_vars"))
         # The hosts the workflow may reach: simulated hosts (connection local, their GPUs in
-        # fleet/<name>.json, tools/sim-bin first on PATH: group_vars/all/simulation.yml).
+        # fleet/<name>.json, simulator/bin first on PATH: group_vars/all/simulation.yml).
         hosts = dict((name, {"mig_node_layouts": LAYOUTS}) for name in workflow_hosts)
         (inventory / "hosts.yml").write_text(
             yaml.safe_dump(
