@@ -84,7 +84,7 @@ def plain_wiring(fleet, name):
         "ansible_python_interpreter": sys.executable,
         "gpuops_mig_environment": {
             "GPUOPS_MIG_SIMULATE": state,
-            "PATH": os.pathsep.join([os.path.join(REPO, "tools", "sim-bin"), BIN, fleet.env["PATH"]]),
+            "PATH": os.pathsep.join([os.path.join(REPO, "simulator", "bin"), BIN, fleet.env["PATH"]]),
             "SYSTEMD_UNIT_PATH": os.path.join(root, "etc", "systemd", "system"),
         },
         "mig_node_persist_root": root,

@@ -93,7 +93,7 @@ class Watcher(object):
         env = client_env(kubeconfig, workdir, cluster.control_plane.bin_dir)
         self.fleet = Fleet(workdir, cluster, env)
         # The hosts the workflow may reach: simulated hosts (connection local, their GPUs in
-        # fleet/<name>.json, tools/sim-bin first on PATH: group_vars/all/simulation.yml).
+        # fleet/<name>.json, simulator/bin first on PATH: group_vars/all/simulation.yml).
         hosts = dict((name, {"mig_node_layouts": LAYOUTS}) for name in workflow_hosts)
         began = time.time()
         self.proc, self.log = start_watcher(workdir, self.fleet.env, POOLS, converge, hosts,

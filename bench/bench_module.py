@@ -57,7 +57,7 @@ sys.stderr.write("ELAPSED %f\n" % (time.perf_counter() - t0))
 
 def run_module(module, args, state):
     env = dict(os.environ, GPUOPS_MIG_SIMULATE=state, PYTHONPATH=COLLECTIONS,
-               PATH=os.path.join(ROOT, "tools", "sim-bin") + os.pathsep + os.environ["PATH"])
+               PATH=os.path.join(ROOT, "simulator", "bin") + os.pathsep + os.environ["PATH"])
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", RUNNER.format(module=module), json.dumps(args)],
                           env=env, capture_output=True, text=True, check=False)

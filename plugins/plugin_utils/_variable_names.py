@@ -26,6 +26,7 @@ PREFIXES = ("mig_node_", "mig_preflight_", "mig_device_plugin_", "gpuops_mig_")
 PLAYBOOK_VARIABLES = (
     "gpuops_mig_hosts", "gpuops_mig_serial", "gpuops_mig_canary", "gpuops_mig_max_fail_percentage",
     "gpuops_mig_preview_failure", "gpuops_mig_deploy_device_plugin", "gpuops_mig_environment",
+    "gpuops_mig_simulate",
     "gpuops_mig_kubernetes", "gpuops_mig_strategy", "gpuops_mig_kubeconfig", "gpuops_mig_kube_context",
     "gpuops_mig_driver_root", "gpuops_mig_plan", "gpuops_mig_report_file", "gpuops_mig_run_id",
     "gpuops_mig_plan_demand", "gpuops_mig_plan_file", "gpuops_mig_plan_from_cluster", "gpuops_mig_plan_policy",

@@ -2,7 +2,7 @@
 # Copyright: Contributors to the gpuops.mig collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""`nvidia-ctk cdi generate` and `nvidia-ctk cdi list` of a simulated host (tools/sim-bin/nvidia-ctk).
+"""`nvidia-ctk cdi generate` and `nvidia-ctk cdi list` of a simulated host (simulator/bin/nvidia-ctk).
 
 The spec (CDI 0.5.0, kind nvidia.com/gpu) lists what the host's driver holds when the command runs:
 every GPU (named by index and by UUID), every MIG device (`<gpu index>:<MIG device index>` and its

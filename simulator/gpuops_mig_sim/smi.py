@@ -4,7 +4,7 @@
 
 """nvidia-smi of a simulated host: only `-r [-i ID[,ID...]]` and `-L` (see docs/simulator.md).
 
-The host is the state file named by $GPUOPS_MIG_SIMULATE. tools/sim-bin/nvidia-smi
+The host is the state file named by $GPUOPS_MIG_SIMULATE. simulator/bin/nvidia-smi
 and the nvidia-smi of a simulated driver container run this.
 """
 

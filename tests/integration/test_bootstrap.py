@@ -32,13 +32,13 @@ def unit(fleet, name):
 
 
 def systemctl(fleet, name, *args):
-    """The host's init (tools/sim-bin/systemctl) on host `name`."""
+    """The host's init (simulator/bin/systemctl) on host `name`."""
     env = dict(
         fleet.env,
         GPUOPS_MIG_SIMULATE=fleet.state_path(name),
         SYSTEMD_UNIT_PATH=str(fleet.dir / name / "etc" / "systemd" / "system"),
     )
-    tool = os.path.join(fleet.env["GPUOPS_SIM_REPO"], "tools", "sim-bin", "systemctl")
+    tool = os.path.join(fleet.env["GPUOPS_SIM_REPO"], "simulator", "bin", "systemctl")
     subprocess.run([tool] + list(args), env=env, check=True, timeout=120)
 
 
@@ -49,7 +49,7 @@ def install_kubelet(fleet, name):
     units = fleet.dir / name / "etc" / "systemd" / "system"
     units.mkdir(parents=True, exist_ok=True)
     seen = fleet.dir / name / "kubelet-saw"
-    smi = os.path.join(fleet.env["GPUOPS_SIM_REPO"], "tools", "sim-bin", "nvidia-smi")
+    smi = os.path.join(fleet.env["GPUOPS_SIM_REPO"], "simulator", "bin", "nvidia-smi")
     (units / "kubelet.service").write_text(
         "[Unit]\nDescription=kubelet (test stand-in)\nAfter=network-online.target\n\n"
         "[Service]\nExecStart=/bin/sh -c '%s -L > %s'\n\n[Install]\n"

@@ -352,7 +352,7 @@ def nvidia_mig_manager_service(fleet, name, selected="all-disabled"):
     env = dict(fleet.env, GPUOPS_MIG_SIMULATE=fleet.state_path(name), SYSTEMD_UNIT_PATH=str(unit_dir))
 
     def systemctl(*args):
-        return subprocess.run([sys.executable, os.path.join(REPO, "tools", "sim-bin", "systemctl")] + list(args),
+        return subprocess.run([sys.executable, os.path.join(REPO, "simulator", "bin", "systemctl")] + list(args),
                               capture_output=True, text=True, timeout=300, env=env, check=False)
     assert systemctl("enable", "nvidia-mig-manager.service").returncode == 0
     return systemctl, override

@@ -24,7 +24,7 @@ BIN = os.path.dirname(sys.executable)
 pytestmark = pytest.mark.playbook
 
 # Parts that develop or test the collection and must not ship (galaxy.yml build_ignore).
-NOT_SHIPPED = ("tests/", "bench/", "tools/sim-bin/", "extensions/molecule/", "scripts/", "examples/",
+NOT_SHIPPED = ("tests/", "bench/", "extensions/molecule/", "scripts/", "examples/",
                ".ci/", ".build/", ".venv/", "changelogs/fragments/", "conftest.py", "pytest.ini",
                "requirements-dev.txt", "execution-environment.yml", "ee/")
 # What users need (docs/install.md, "What the tarball holds").
@@ -34,7 +34,7 @@ SHIPPED = ("MANIFEST.json", "FILES.json", "README.md", "CHANGELOG.md", "requirem
            "plugins/modules/mig_config.py", "plugins/modules/mig_boot_restore.py",
            "roles/mig_node/tasks/main.yml", "playbooks/site.yml", "playbooks/demand_round.yml",
            "extensions/eda/plugins/event_source/mig_demand.py", "extensions/eda/rulebooks/mig_demand.yml",
-           "simulator/gpuops_mig_sim/__init__.py", "tools/mig-sim", "tools/gpuops-mig-restore",
+           "simulator/gpuops_mig_sim/__init__.py", "simulator/bin/systemctl", "tools/mig-sim", "tools/gpuops-mig-restore",
            "docs/install.md", "docs/simulator.md", "LICENSES/GPL-3.0-or-later.txt")
 
 PLAYBOOK = """\

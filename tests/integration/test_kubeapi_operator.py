@@ -516,7 +516,7 @@ def test_seed_config_map_holds_the_mig_parted_config():
     policy = objs[-1]
     assert policy["spec"]["migManager"]["enabled"] is False and policy["spec"]["devicePlugin"]["enabled"] is False
     assert policy["status"]["namespace"] == "ops"
-    assert os.path.basename(migmanager.SIM_BIN) == "sim-bin"
+    assert migmanager.SIM_BIN.endswith(os.path.join("simulator", "bin"))
 
 
 def test_dra_claims_of_bound_pods_are_allocated_released_and_fail_their_pod_when_the_device_goes(kube_api, host, idle):

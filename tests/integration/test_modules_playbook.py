@@ -36,7 +36,7 @@ def test_modules_in_a_playbook(tmp_path):
     out_file = tmp_path / "results.json"
     proc = run_playbook("modules.yml", {
         "sim_state": state,
-        "sim_path": os.pathsep.join([os.path.join(REPO, "tools", "sim-bin"), BIN, os.environ["PATH"]]),
+        "sim_path": os.pathsep.join([os.path.join(REPO, "simulator", "bin"), BIN, os.environ["PATH"]]),
         "out_file": str(out_file),
     }, tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,7 +1,9 @@
 """The README's install commands, as written, in a new virtual environment that holds only what the README
 says must come first (ansible-core): the Python packages, then the install without Galaxy, which must leave
 gpuops.mig and kubernetes.core in the -p path. The blocks that need Galaxy (an install from requirements.yml,
-a download of kubernetes.core) are not run.
+a download of kubernetes.core) are not run. Then the README's first run on a simulated host
+("Trying it without a GPU"): its inventory and its playbook commands, as written, on the
+installed collection.
 
 pip uses its own configuration (index, find-links) and the user's pip cache, plus the `ansible` wheel that
 scripts/setup.sh downloaded (.build/downloads) when it is there, so the test runs without network once the
@@ -34,6 +36,24 @@ def install_blocks(readme):
             for block in blocks]
 
 
+def simulated_first_run(readme):
+    """The inventory (YAML) and the playbook commands of the README's "Trying it without a GPU"."""
+    section = readme.split("\n## Trying it without a GPU\n", 1)[1].split("\n## ", 1)[0]
+    inventories = re.findall(r"```yaml\n# inventory.yml\n(.*?)```", section, re.DOTALL)
+    blocks = [block for block in re.findall(r"```bash\n(.*?)```", section, re.DOTALL)
+              if "ansible-playbook" in block]
+    lines = [line.split("#", 1)[0].strip() for block in blocks for line in block.splitlines()]
+    return inventories, [line for line in lines if line]
+
+
+def test_simulated_first_run_is_found():
+    with open(os.path.join(REPO, "README.md")) as handle:
+        inventories, commands = simulated_first_run(handle.read())
+    assert len(inventories) == 1 and "gpuops_mig_simulate:" in inventories[0]
+    assert commands == ["ansible-playbook -i inventory.yml gpuops.mig.facts"] + \
+        ["ansible-playbook -i inventory.yml gpuops.mig.site"] * 2
+
+
 def test_install_blocks_are_found():
     with open(os.path.join(REPO, "README.md")) as handle:
         blocks = install_blocks(handle.read())
@@ -54,7 +74,8 @@ def test_readme_install_commands_run_as_written(tmp_path):
     home.mkdir()
     work.mkdir()
     env = dict((k, v) for k, v in os.environ.items()
-               if not k.startswith(("ANSIBLE_", "PYTHON", "VIRTUAL_ENV", "K8S_AUTH_")))
+               if not k.startswith(("ANSIBLE_", "PYTHON", "VIRTUAL_ENV", "K8S_AUTH_",
+                                    "XDG_CACHE_HOME")))
     env.update(HOME=str(home), VIRTUAL_ENV=str(venv), PATH=str(venv / "bin") + os.pathsep + env.get("PATH", ""),
                PIP_CACHE_DIR=os.environ.get("PIP_CACHE_DIR") or os.path.expanduser("~/.cache/pip"),
                PIP_NO_COMPILE="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
@@ -85,3 +106,21 @@ def test_readme_install_commands_run_as_written(tmp_path):
               env=only_p).stdout
     assert "gpuops.mig.mig_facts" in doc and "kubernetes.core.k8s_info" in doc
     run([str(venv / "bin" / "python"), "-c", "import kubernetes, yaml, jsonpatch, pynvml"], env=env)
+
+    # "Trying it without a GPU": the first run on a simulated host, from the installed collection.
+    with open(os.path.join(REPO, "README.md")) as handle:
+        inventories, commands = simulated_first_run(handle.read())
+    (work / "inventory.yml").write_text(inventories[0])
+    facts, first, again = [run(["bash", "-euo", "pipefail", "-c", command], cwd=str(work),
+                               env=env).stdout for command in commands]
+    assert re.search(r"sim-01 +0 +NVIDIA H100 80GB HBM3 +disabled", facts), facts
+    assert re.search(r"sim-01 +changed +reconfigure ", first), first[-3000:]
+    assert re.search(r"sim-01 +: ok=\d+ +changed=0 +unreachable=0 +failed=0", again), again[-3000:]
+    assert "Batch 1" not in again, again[-3000:]
+    # Everything the run wrote on the simulated host is under its root in the cache.
+    state = home / ".cache" / "gpuops-mig" / "simulated" / "sim-01" / "2xH100-SXM5-80GB.json"
+    units = state.parent / "2xH100-SXM5-80GB" / "etc" / "systemd" / "system"
+    assert (units / "gpuops-mig-restore.service").is_file()
+    mig_sim = collections / "ansible_collections" / "gpuops" / "mig" / "tools" / "mig-sim"
+    shown = run([str(venv / "bin" / "python"), str(mig_sim), "show", str(state)], env=env).stdout
+    assert shown.count("3g.40gb (profile id 9)") == 4, shown

@@ -1,7 +1,7 @@
 """The roles (mig_preflight, mig_node, mig_device_plugin) run by ansible-playbook against simulated
 GPU hosts (connection local) and the real test cluster (tests/support/controlplane).
 
-Hosts are wired like the demo's: examples/simulated-fleet/group_vars (state file, tools/sim-bin on
+Hosts are wired like the demo's: examples/simulated-fleet/group_vars (state file, simulator/bin on
 PATH, boot-time restore under a per-host root). `Fleet` below is also used by test_playbooks.py.
 """
 

@@ -1,6 +1,6 @@
 """The boot-time restore without Ansible: the engine copy, launcher and unit laid out exactly as
 gpuops.mig.mig_boot_restore installs them (_boot_restore.bundle), and the simulated host's systemctl
-(tools/sim-bin/systemctl) that runs it at a simulated boot."""
+(simulator/bin/systemctl) that runs it at a simulated boot."""
 
 import hashlib
 import json
@@ -15,7 +15,7 @@ from ansible_collections.gpuops.mig.plugins.module_utils import _boot_restore
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 RESTORE = os.path.join(REPO, "tools", "gpuops-mig-restore")
-SIM_BIN = os.path.join(REPO, "tools", "sim-bin")
+SIM_BIN = os.path.join(REPO, "simulator", "bin")
 
 
 @pytest.fixture

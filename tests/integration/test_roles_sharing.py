@@ -124,7 +124,7 @@ def test_the_cdi_spec_lists_the_new_mig_devices(kube_api, kube_env, tmp_path):
     spec = tmp_path / "cdi" / "nvidia.yaml"
     spec.parent.mkdir()
     env = dict(fleet.env, GPUOPS_MIG_SIMULATE=state)
-    subprocess.run([os.path.join(REPO, "tools", "sim-bin", "nvidia-ctk"), "cdi", "generate", "--output=%s" % spec],
+    subprocess.run([os.path.join(REPO, "simulator", "bin", "nvidia-ctk"), "cdi", "generate", "--output=%s" % spec],
                    env=env, check=True)
     assert cdi_names(spec) == sorted(["0", sim.load_state(state)["gpus"][0]["uuid"], "all"])   # no MIG device yet
     fleet.hosts["cdi-1"]["mig_node_cdi_spec_paths"] = [str(tmp_path / "none.yaml"), str(spec)]

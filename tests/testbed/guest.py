@@ -24,7 +24,7 @@ poweroff, stays down until `bed.py power-on`.
 
 `boot` is what a real boot does to the GPUs and the services: the simulator
 reboots the GPUs (new boot id, pending Ampere modes apply, instances vanish,
-Hopper+ loses MIG mode), the host's init (tools/sim-bin/systemctl) runs the
+Hopper+ loses MIG mode), the host's init (simulator/bin/systemctl) runs the
 units the rollout enabled, such as the boot-time restore, then starts the GPU
 clients again, and /run is emptied.
 """
@@ -39,7 +39,7 @@ import time
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", ".."))
 MIG_SIM = os.path.join(REPO, "tools", "mig-sim")
-SIM_BIN = os.path.join(REPO, "tools", "sim-bin")
+SIM_BIN = os.path.join(REPO, "simulator", "bin")
 HOST_DIR = "/run/gpuops-sim"  # every host sees its own directory here
 STATE = HOST_DIR + "/state.json"
 SSHD = "/usr/sbin/sshd"
@@ -70,7 +70,7 @@ BOOT_ENV = {
     "GPUOPS_MIG_SIMULATE": STATE,
     "LANG": "C.UTF-8",
     "HOME": "/root",
-    "SYSTEMD_UNIT_PATH": "/etc/systemd/system",  # where tools/sim-bin/systemctl finds unit files
+    "SYSTEMD_UNIT_PATH": "/etc/systemd/system",  # where simulator/bin/systemctl finds unit files
 }
 
 
@@ -141,7 +141,7 @@ def exec_sshd():
 def boot():
     """What a boot does: the simulated driver reboots the GPUs, then init runs the enabled units.
 
-    tools/sim-bin/systemctl is the host's init: `systemctl reboot` reboots the simulator's
+    simulator/bin/systemctl is the host's init: `systemctl reboot` reboots the simulator's
     GPUs and runs every unit the rollout enabled (the boot-time restore) before the GPU
     clients start, as the real unit's Before= orders it.
     """

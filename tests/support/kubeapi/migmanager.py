@@ -37,7 +37,7 @@ DEFAULT_DELAY) between steps:
    the node's DaemonSet pods are replaced, the labels stay paused, and the new pod waits
    REBOOT_SECONDS + DRIVER_REBUILD_SECONDS before it runs the label again;
 9. apply GPU by GPU through the collection's own engine (_boot_restore.restore in a subprocess with
-   GPUOPS_MIG_SIMULATE=<state file> and tools/sim-bin first on PATH): the first GPU that fails is cleared
+   GPUOPS_MIG_SIMULATE=<state file> and simulator/bin first on PATH): the first GPU that fails is cleared
    and ends the walk, the GPUs before it keep their layout; the output goes to the node annotation
    kubeapi.test/mig-manager-log;
 10. delete the node's operator-validator pod, restore every deploy label that is not `false` to
@@ -104,7 +104,7 @@ CLIENT_LABEL_OPTIONAL = "nvidia.com/gpu.deploy.client"
 CLIENT_APPS = ("nvidia-device-plugin-daemonset", "gpu-feature-discovery", "nvidia-dcgm-exporter", "nvidia-dcgm")
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-SIM_BIN = os.path.join(REPO, "tools", "sim-bin")
+SIM_BIN = os.path.join(REPO, "simulator", "bin")
 _MODE_ONLY = """
 import json, sys
 from ansible_collections.gpuops.mig.plugins.module_utils import _boot_restore, _errors

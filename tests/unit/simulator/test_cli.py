@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: Contributors to the gpuops.mig collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""tools/mig-sim and tools/sim-bin/nvidia-smi, run as subprocesses like users and the collection run them."""
+"""tools/mig-sim and simulator/bin/nvidia-smi, run as subprocesses like users and the collection run them."""
 
 import json
 import os
@@ -15,7 +15,7 @@ import gpuops_mig_sim as sim
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 MIG_SIM = os.path.join(REPO, "tools", "mig-sim")
-NVIDIA_SMI = os.path.join(REPO, "tools", "sim-bin", "nvidia-smi")
+NVIDIA_SMI = os.path.join(REPO, "simulator", "bin", "nvidia-smi")
 # The tools must work with a plain python3 too (no Ansible, no pynvml); fall back to this interpreter.
 PLAIN_PYTHON = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
 

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: Contributors to the gpuops.mig collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""tools/sim-bin/nvidia-ctk `cdi generate --output`, run as a subprocess as the collection runs it."""
+"""simulator/bin/nvidia-ctk `cdi generate --output`, run as a subprocess as the collection runs it."""
 
 import os
 import stat
@@ -12,7 +12,7 @@ import yaml
 import gpuops_mig_sim as sim
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-NVIDIA_CTK = os.path.join(REPO, "tools", "sim-bin", "nvidia-ctk")
+NVIDIA_CTK = os.path.join(REPO, "simulator", "bin", "nvidia-ctk")
 
 
 def generate(state, output):

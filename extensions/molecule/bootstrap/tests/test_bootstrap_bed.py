@@ -19,7 +19,7 @@ def test_booted_once_with_the_pool_layout(name):
 
 
 def test_the_restore_ran_before_kubelet_which_found_the_layout(host, name):
-    # tools/sim-bin/systemctl (the host's init) logs each unit it started at boot, in order.
+    # simulator/bin/systemctl (the host's init) logs each unit it started at boot, in order.
     with open(os.path.join(BED, "hosts", name, "state.json.boot.log"), encoding="utf-8") as handle:
         log = handle.read()
     started = [line.split(":")[0] for line in log.splitlines() if ": exit " in line]

@@ -18,7 +18,7 @@ def test_rebooted_exactly_once(host, name):
 
 
 def test_boot_time_restore_ran_at_boot(name):
-    # tools/sim-bin/systemctl (the hosts' init) logs every unit it ran at boot.
+    # simulator/bin/systemctl (the hosts' init) logs every unit it ran at boot.
     with open(os.path.join(BED, "hosts", name, "state.json.boot.log"), encoding="utf-8") as handle:
         log = handle.read()
     expected = "exit 0" if name == "a100-vm" else "exit 3"  # 3: the mode is still pending

@@ -65,7 +65,7 @@ def test_reset_through_the_simulated_nvidia_smi(tmp_path):
     state = str(tmp_path / "h.json")
     sim.create_state(state, "1xA100-SXM4-40GB")
     sim.set_host(state, passthrough=True)
-    smi = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "tools", "sim-bin", "nvidia-smi")
+    smi = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "simulator", "bin", "nvidia-smi")
 
     def run(argv, env=None):
         p = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, GPUOPS_MIG_SIMULATE=state), check=False)

@@ -15,7 +15,7 @@ from ansible.module_utils.testing import patch_module_args
 import gpuops_mig_sim as sim
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
-SIM_BIN = os.path.join(REPO, "tools", "sim-bin")
+SIM_BIN = os.path.join(REPO, "simulator", "bin")
 
 
 class ModuleResult(dict):
