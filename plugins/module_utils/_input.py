@@ -9,8 +9,9 @@ A check matches the whole value or nothing: ``re.match("^...$")`` also takes a v
 trailing newline ("1g.5gb\\n"), and ``\\d``, ``str.isdigit()`` and ``int()`` take the digits of
 every script (Arabic-Indic "\\u0661", fullwidth "\\uff11"). Patterns are compiled here with
 re.ASCII and matched with fullmatch; counts are strings of ASCII digits, with no sign and no
-space around them. A file is looked at before it is opened: only a regular file is read (a FIFO
-would block the read for ever, a device never ends), and never past a limit.
+space around them, and numbers given as text (role variables, a rulebook's options) ASCII digits
+with a sign and a decimal point at most. A file is looked at before it is opened: only a regular
+file is read (a FIFO would block the read for ever, a device never ends), and never past a limit.
 
 Private to the collection; no Ansible imports (the boot-time restore runs it too).
 """
@@ -29,9 +30,11 @@ from ansible_collections.gpuops.mig.plugins.module_utils._errors import (
     excerpt,
 )
 
-__all__ = ["pattern", "whole", "count", "seconds", "read_file", "FileRefused", "LABEL_VALUE"]
+__all__ = ["pattern", "whole", "count", "number", "seconds", "read_file", "FileRefused",
+           "LABEL_VALUE"]
 
 _DIGITS = re.compile(r"[0-9]+", re.ASCII)
+_DECIMAL = re.compile(r"-?[0-9]{1,18}(?:\.[0-9]{1,18})?", re.ASCII)
 # A Kubernetes label value (and a ConfigMap key): 1 to 63 characters, letters and digits at
 # both ends.
 LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", re.ASCII)
@@ -56,6 +59,19 @@ def count(value: Any, most_digits: int = 18) -> int | None:
         return value if value >= 0 else None
     if isinstance(value, str) and len(value) <= most_digits and _DIGITS.fullmatch(value):
         return int(value)
+    return None
+
+
+def number(value: Any) -> int | float | None:
+    """``value`` as a number: an int or a float (not a bool), or a string of ASCII digits with a
+    sign and a decimal point at most ("30", "-5", "2.5": role variables, extra vars and a
+    rulebook's rendered options are text); None for anything else (" 30", "30\\n",
+    "\\u0663\\u0660", "\\uff13", "1_000", "1e3", "nan", "inf", True). A float given as a float may
+    still be NaN or infinite, and a number negative: seconds() refuses those."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and _DECIMAL.fullmatch(value):
+        return float(value) if "." in value else int(value)
     return None
 
 

@@ -116,7 +116,10 @@ options:
     type: int
     default: 5
   lock_file:
-    description: Hold the node with this lock file on the host instead of a Kubernetes Lease.
+    description:
+      - Hold the node with this lock file on the host instead of a Kubernetes Lease.
+      - Where something is at that path already, it must be a regular file of at most 64 KiB (a
+        FIFO, a device or a directory is refused before it is opened).
     type: path
   keep_alive:
     description:
@@ -214,6 +217,10 @@ from ansible_collections.gpuops.mig.plugins.module_utils import _keep_alive, _le
 from ansible_collections.gpuops.mig.plugins.module_utils._common import fail_from
 from ansible_collections.gpuops.mig.plugins.module_utils._k8s_api import bounded
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError
+from ansible_collections.gpuops.mig.plugins.module_utils._input import read_file
+
+# A lock file holds one record of a few hundred bytes.
+LOCK_FILE_LIMIT = 65536
 
 LEASE_OPTIONS = dict(
     state=dict(type="str", required=True, choices=list(_lease.STATES)),
@@ -306,10 +313,12 @@ class LockFileStore(object):
 
     def read(self):
         try:
-            with open(self.path) as handle:
-                text = handle.read()
+            os.stat(self.path)
         except FileNotFoundError:
             return None
+        # Looked at before it is opened: a FIFO, a device or a directory is refused (FileRefused,
+        # naming lock_file), not read for ever.
+        text = read_file(self.path, "lock_file", LOCK_FILE_LIMIT)
         try:
             rec = json.loads(text)
             if not isinstance(rec, dict) or not rec.get("holder_identity"):

@@ -29,6 +29,7 @@ import hashlib
 import json
 from typing import Any, Iterable, Mapping
 
+from ansible_collections.gpuops.mig.plugins.module_utils import _input as checks
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _kueue as kueue
 from ansible_collections.gpuops.mig.plugins.plugin_utils._plan_demand import PlanInputError, demand_from_claims
 
@@ -131,12 +132,9 @@ def check_flag(value: Any, name: str) -> bool:
 
 
 def _quantity(value):
-    """A device count; anything that is not a whole number is no request (the API server refuses those)."""
-    try:
-        count = int(str(value))
-    except ValueError:
-        return 0
-    return max(count, 0)
+    """A device count ("2" as the API server writes it, or 2); anything that is not a whole
+    number in ASCII digits is no request (the API server refuses those)."""
+    return checks.count(value) or 0
 
 
 def _created(pod):
@@ -299,15 +297,33 @@ class Debouncer(object):
 
 
 def check_seconds(value: Any, name: str) -> float:
-    if isinstance(value, bool):
+    """An event source's number of seconds, from 0 to a day: a number, or ASCII digits as text
+    (the rulebook renders its options as text); DemandError naming it otherwise (" 30",
+    "\\uff13\\uff10", "nan", "inf", -1)."""
+    seconds = checks.number(value)
+    if seconds is None:
         raise DemandError("%s must be a number of seconds, got %r" % (name, value))
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise DemandError("%s must be a number of seconds, got %r" % (name, value))
-    if not 0 <= seconds <= 86400:
+    if not 0 <= seconds <= 86400:      # NaN too
         raise DemandError("%s must be between 0 and 86400 seconds, got %r" % (name, value))
-    return seconds
+    return float(seconds)
+
+
+def watch_settings(args: Mapping[str, Any]) -> dict[str, Any]:
+    """The watch's options of an event source (mig_demand, mig_ready), checked before it starts:
+    reconnect_max_seconds (default 30) a number of seconds over 0, up to a day, and
+    watch_timeout_seconds (default 300) a whole number of seconds from 1 to a day (the API
+    server's timeoutSeconds).
+    DemandError naming the option otherwise (negative, NaN, infinite, other digits than ASCII)."""
+    reconnect = check_seconds(args.get("reconnect_max_seconds", 30), "reconnect_max_seconds")
+    if reconnect <= 0:       # no wait at all: a reconnection loop that spins
+        raise DemandError("reconnect_max_seconds must be more than 0, got %r"
+                          % args.get("reconnect_max_seconds"))
+    timeout = args.get("watch_timeout_seconds", 300)
+    whole = checks.count(timeout, 5)
+    if whole is None or not 1 <= whole <= 86400:
+        raise DemandError("watch_timeout_seconds must be a whole number of seconds from 1 to "
+                          "86400, got %r" % (timeout,))
+    return {"reconnect_max_seconds": reconnect, "watch_timeout_seconds": whole}
 
 
 class Backoff(object):

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigError
+from ansible_collections.gpuops.mig.plugins.module_utils import _input as checks
 from ansible_collections.gpuops.mig.plugins.module_utils._input import pattern, whole
 from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import (
     ANNOTATION_LAST_ERROR,
@@ -225,10 +226,8 @@ def _devices_text(devices):
 
 
 def _count(value):
-    try:
-        return int(str(value).strip())
-    except (TypeError, ValueError):
-        return 0
+    """A quantity as the API server writes it ("4"), or 0 for anything else."""
+    return checks.count(value) or 0
 
 
 def _advertised(node):

@@ -62,14 +62,13 @@ def _mapping(value, what):
 
 
 def _seconds(value, what):
-    if isinstance(value, bool):
-        raise RoundError("%s must be a whole number of seconds, got %s" % (what, describe(value)))
-    try:
-        number = int(str(value))
-    except ValueError:
-        raise RoundError("%s must be a whole number of seconds, got %s" % (what, describe(value)))
-    if number < 0:
+    """A whole number: an int, or ASCII digits as text (the rulebook renders its variables as
+    text); " 5", "5\\n", "\\uff15" or "5.0" is no number of seconds."""
+    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
         raise RoundError("%s must not be negative, got %s" % (what, describe(value)))
+    number = count(value)
+    if number is None:
+        raise RoundError("%s must be a whole number of seconds, got %s" % (what, describe(value)))
     return number
 
 

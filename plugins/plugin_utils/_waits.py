@@ -11,21 +11,19 @@ import math
 from typing import Any, Mapping
 
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import RefusedError
-from ansible_collections.gpuops.mig.plugins.module_utils._input import count, pattern
+from ansible_collections.gpuops.mig.plugins.module_utils._input import count, number, pattern
 from ansible_collections.gpuops.mig.plugins.plugin_utils._plain import describe
 
 
 def _seconds(value, what: str) -> float:
-    # Role variables arrive as ints or as strings of them (inventory, -e); anything else is a mistake to name.
-    if isinstance(value, bool):
+    # Role variables arrive as ints or as strings of them (inventory, -e), in ASCII digits;
+    # anything else (" 30", "30\n", "\u0663\u0660", "nan") is a mistake to name.
+    seconds = number(value)
+    if seconds is None:
         raise RefusedError("%s must be a number of seconds, got %s" % (what, describe(value)))
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise RefusedError("%s must be a number of seconds, got %s" % (what, describe(value))) from None
-    if not math.isfinite(number) or number < 0:
+    if not math.isfinite(seconds) or seconds < 0:
         raise RefusedError("%s must be a number of seconds, 0 or more, got %s" % (what, describe(value)))
-    return number
+    return seconds
 
 
 def retries(timeout: Any, delay: Any) -> int:

@@ -114,8 +114,25 @@ def test_410_gone_lists_again(kube_api, tmp_path):
     assert [e["profiles"] for e in events] == [{MIG_1G: 1}, {MIG_3G: 3}]
 
 
-@pytest.mark.parametrize("args, message", [({"settle_seconds": "soon"}, "settle_seconds must be a number")])
-def test_bad_options_stop_the_source_with_their_name(kube_api, args, message):
-    module = runpy.run_path(SOURCE)
+READY_SOURCE = os.path.join(os.path.dirname(SOURCE), "mig_ready.py")
+
+
+@pytest.mark.parametrize("source, args, message", [
+    (SOURCE, {"settle_seconds": "soon"}, "settle_seconds must be a number"),
+    # Issue 36: negative, NaN and infinite values, and other digits than ASCII, stop the source
+    # before its watches start (they were float() and int() of what was given).
+    (SOURCE, {"reconnect_max_seconds": "nan"}, "reconnect_max_seconds must be a number"),
+    (SOURCE, {"watch_timeout_seconds": -5}, "watch_timeout_seconds must be a whole number"),
+    (SOURCE, {"settle_seconds": "\uff13\uff10"}, "settle_seconds must be a number"),
+    (READY_SOURCE, {"settle_seconds": float("nan")}, "settle_seconds must be between 0 and"),
+    (READY_SOURCE, {"converge_seconds": "inf"}, "converge_seconds must be a number"),
+    (READY_SOURCE, {"converge_seconds": -1}, "converge_seconds must be between 0 and"),
+    (READY_SOURCE, {"reconnect_max_seconds": float("inf")}, "reconnect_max_seconds must be"),
+    (READY_SOURCE, {"watch_timeout_seconds": "\u0663\u0660\u0660"}, "watch_timeout_seconds"),
+], ids=["settle", "reconnect-nan", "timeout-negative", "settle-fullwidth", "ready-settle-nan",
+        "ready-converge-inf", "ready-converge-negative", "ready-reconnect-inf",
+        "ready-timeout-arabic-indic"])
+def test_bad_options_stop_the_source_with_their_name(kube_api, source, args, message):
+    module = runpy.run_path(source)
     with pytest.raises(module["demand"].DemandError, match=message):
         asyncio.run(module["main"](Recorder(), dict(args, kubeconfig=kube_api.kubeconfig)))

@@ -87,11 +87,13 @@ options:
     description: The kubeconfig context to use.
     type: str
   watch_timeout_seconds:
-    description: Seconds one watch request lasts before it is renewed from the last C(resourceVersion).
+    description: Seconds one watch request lasts before it is renewed from the last
+      C(resourceVersion); a whole number from 1 to 86400.
     type: int
     default: 300
   reconnect_max_seconds:
-    description: The longest wait between two reconnection attempts.
+    description: The longest wait between two reconnection attempts, more than 0 and at most
+      86400 seconds.
     type: float
     default: 30
 """
@@ -166,8 +168,9 @@ def _watch(kind, api, args, deliver, stop):
     from kubernetes import watch
     from kubernetes.client.rest import ApiException
 
-    backoff = demand.Backoff(most=float(args.get("reconnect_max_seconds", 30)))
-    timeout = int(args.get("watch_timeout_seconds", 300))
+    watch_settings = demand.watch_settings(args)     # checked by main() already
+    backoff = demand.Backoff(most=watch_settings["reconnect_max_seconds"])
+    timeout = watch_settings["watch_timeout_seconds"]
     what = "%s (%s)" % (_WHAT[kind], "/".join(part for part in api[:2] if part))
     api_client = resource_version = None
     absent = False
@@ -230,6 +233,7 @@ async def main(queue, args):
     pending MIG demand they make together."""
     args = dict(args or {})
     kinds = demand.watched_kinds(args)
+    demand.watch_settings(args)      # a bad option is refused before the watches start
     debouncer = demand.Debouncer(args.get("settle_seconds", 30), args.get("max_wait_seconds"))
     # No event before every kind has been listed once (a kind whose API keeps failing holds the
     # others back for max_wait_seconds, at least 30 s).

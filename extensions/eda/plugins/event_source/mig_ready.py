@@ -40,11 +40,12 @@ options:
     type: str
     default: gpuops.mig/not-ready:NoSchedule
   settle_seconds:
-    description: Seconds a held Node must stay unchanged before it is emitted.
+    description: Seconds a held Node must stay unchanged before it is emitted (0 to 86400).
     type: float
     default: 2
   converge_seconds:
-    description: Seconds after a held Node registered at which it is emitted as overdue.
+    description: Seconds after a held Node registered at which it is emitted as overdue (0 to
+      86400).
     type: float
     default: 600
   kubeconfig:
@@ -55,11 +56,12 @@ options:
     type: str
   watch_timeout_seconds:
     description: Seconds one watch request lasts before it is renewed from the last
-      C(resourceVersion).
+      C(resourceVersion); a whole number from 1 to 86400.
     type: int
     default: 300
   reconnect_max_seconds:
-    description: The longest wait between two reconnection attempts.
+    description: The longest wait between two reconnection attempts, more than 0 and at most
+      86400 seconds.
     type: float
     default: 30
 """
@@ -99,8 +101,9 @@ def _watch(args, deliver, stop):
     from kubernetes import client, watch
     from kubernetes.client.rest import ApiException
 
-    backoff = demand.Backoff(most=float(args.get("reconnect_max_seconds", 30)))
-    timeout = int(args.get("watch_timeout_seconds", 300))
+    watch_settings = demand.watch_settings(args)     # checked by main() already
+    backoff = demand.Backoff(most=watch_settings["reconnect_max_seconds"])
+    timeout = watch_settings["watch_timeout_seconds"]
     core = resource_version = None
     while not stop.is_set():
         try:
@@ -158,8 +161,11 @@ async def main(queue, args):
     and one per Node that stays held past converge_seconds."""
     args = dict(args or {})
     taint = gate.parse_taint(args.get("taint") or "gpuops.mig/not-ready:NoSchedule", "taint")
-    settle = float(args.get("settle_seconds", 2))
-    tracker = gate.GateTracker(taint, float(args.get("converge_seconds", 600)))
+    # Options are checked before the watch starts: negative, NaN or infinite seconds are refused.
+    settle = demand.check_seconds(args.get("settle_seconds", 2), "settle_seconds")
+    converge = demand.check_seconds(args.get("converge_seconds", 600), "converge_seconds")
+    demand.watch_settings(args)
+    tracker = gate.GateTracker(taint, converge)
     loop = asyncio.get_running_loop()
     inbox = asyncio.Queue()
     stop = threading.Event()

@@ -109,6 +109,27 @@ def test_counts_are_ascii_digits_and_nothing_else(value, expected):
     assert checks.count(value) == expected
 
 
+@pytest.mark.parametrize("value, expected", [
+    (0, 0), (30, 30), (-5, -5), (2.5, 2.5), ("30", 30), ("2.5", 2.5), ("-5", -5), ("0.0", 0.0),
+    (" 30", None), ("30 ", None), ("30\n", None), ("\t30", None), ("+30", None), ("", None),
+    ("\u0663\u0660", None), ("\uff13\uff10", None), ("3\u0660", None), ("\u22125", None),
+    ("1_000", None), ("1e3", None), ("nan", None), ("NaN", None), ("inf", None), ("-inf", None),
+    (".5", None), ("5.", None), ("0x10", None), (True, None), (None, None), ([30], None),
+])
+def test_numbers_are_ascii_decimal_text_or_numbers(value, expected):
+    """Role variables and rendered rulebook options are text: only ASCII digits with a sign and
+    a decimal point make a number (float() takes " 30\n", "\uff13\uff10", "1_000" and "nan")."""
+    got = checks.number(value)
+    assert got == expected and type(got) is type(expected), (value, got)
+
+
+def test_a_number_may_still_be_nan_or_infinite_for_seconds_to_refuse():
+    assert math.isnan(checks.number(math.nan)) and checks.number(math.inf) == math.inf
+    for value in (math.nan, math.inf, -5):
+        with pytest.raises(RefusedError):
+            checks.seconds(checks.number(value), "settle_seconds")
+
+
 def test_a_count_has_at_most_the_digits_asked_for():
     assert checks.count("9" * 9, 9) == 10 ** 9 - 1
     assert checks.count("1" + "0" * 9, 9) is None

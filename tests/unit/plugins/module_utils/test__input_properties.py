@@ -8,8 +8,9 @@ script (issue 36): a format check matches the whole string and counts are ASCII 
 
 Each field is fed through the code that checks it where the input arrives (the config reader,
 the GPU selector, the planner's options, the device plugin's sharing, a Kueue Workload, the
-generator's facts). A fixed table runs every field with every kind of change; a Hypothesis test
-then draws the changes (budget: fuzz_profile.py, GPUOPS_HYPOTHESIS_EXAMPLES for a long run).
+generator's facts, the role's waits and round settings, the event sources' options and a pod's
+request). A fixed table runs every field with every kind of change; a Hypothesis test then draws
+the changes (budget: fuzz_profile.py, GPUOPS_HYPOTHESIS_EXAMPLES for a long run).
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ from hypothesis import strategies as st
 from ansible_collections.gpuops.mig.plugins.module_utils import _migparted as migparted
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError
 from ansible_collections.gpuops.mig.plugins.module_utils._gpu_selection import select_gpus
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _demand as demand
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _fleet_plan as fleet_plan
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _kueue as kueue
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _plan_demand as plan_demand
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _rounds as rounds
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _sharing as sharing
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _stale_resources as stale
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _waits as waits
 from ansible_collections.gpuops.mig.plugins.plugin_utils._config_builder import build
 from ansible_collections.gpuops.mig.tests.unit.plugins.module_utils.fuzz_profile import FUZZ
 from ansible_collections.gpuops.mig.tests.unit.plugins.plugin_utils.fleet_helpers import facts
@@ -74,6 +78,25 @@ def _stale_count(value):
         raise GpuopsError("not a quantity")
 
 
+def _refused_as_gpuops_error(check):
+    """``check`` with the ValueError subclasses of the event sources and the round (DemandError,
+    RoundError) raised as GpuopsError, as the table wants."""
+    def run(value):
+        try:
+            return check(value)
+        except (demand.DemandError, rounds.RoundError) as e:
+            raise GpuopsError(str(e))
+    return run
+
+
+def _pod_quantity(quantity):
+    pod = {"metadata": {"name": "p", "namespace": "ml"}, "status": {"phase": "Pending"},
+           "spec": {"containers": [{"name": "c", "resources": {
+               "limits": {"nvidia.com/mig-1g.10gb": quantity}}}]}}
+    if not demand.pod_request(pod):       # a quantity that is no count is no request
+        raise GpuopsError("no request")
+
+
 def _label_value(value):
     if not sharing.valid_entry_name(value):
         raise GpuopsError("not a label value")
@@ -96,6 +119,14 @@ FIELDS = {
     "mig_facts profile name (generator)": (_gi_profile_name, ["1g.5gb"]),
     "device plugin config name": (_label_value, ["gpuops-mig-a", "x1"]),
     "Node quantity (stale resources)": (_stale_count, ["0", "4"]),
+    "role wait seconds (mig_retries)": (lambda v: waits.retries(v, 5), ["300", "0", "2.5"]),
+    "round setting (gpuops_mig_round_*)": (_refused_as_gpuops_error(
+        lambda v: rounds.settings({"gpuops_mig_round_cooldown": v})), ["0", "300"]),
+    "event source seconds (settle_seconds)": (_refused_as_gpuops_error(
+        lambda v: demand.check_seconds(v, "settle_seconds")), ["30", "2.5"]),
+    "event source watch_timeout_seconds": (_refused_as_gpuops_error(
+        lambda v: demand.watch_settings({"watch_timeout_seconds": v})), ["300"]),
+    "pod quantity (demand)": (_pod_quantity, ["1", "12"]),
 }
 # Spaces around a selector are dropped: Ansible splits gpus: "0, 1" into "0" and " 1".
 SPACES_DROPPED = ("gpus selector",)

@@ -5,6 +5,7 @@ import os
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _lease
 from ansible_collections.gpuops.mig.plugins.modules import mig_node_lease
+from ansible_collections.gpuops.mig.tests.unit.plugins.module_utils.test__input import no_hang
 
 US = {"run_id": "run-a", "controller": "ctl-1"}
 THEM = {"run_id": "run-b", "controller": "ctl-2", "job_id": "7"}
@@ -53,6 +54,38 @@ def test_an_unreadable_lock_file_is_held_until_it_is_stale(run_module, tmp_path)
     os.utime(lock, (0, 1000))        # not written to since 1970: stale
     taken = run_module(mig_node_lease, args(lock, "acquired"))
     assert taken["action"] == "take-over" and json.loads(lock.read_text())["holder"]["run_id"] == "run-a"
+
+
+def test_a_lock_file_that_is_not_a_regular_file_is_refused_before_opening(run_module, tmp_path):
+    """Issue 36: open() of a FIFO waited for a writer for ever, /dev/zero was read without end."""
+    fifo = tmp_path / "fifo-lock"
+    os.mkfifo(str(fifo))
+    zero = tmp_path / "zero-lock"        # the guard file is made beside the lock file
+    zero.symlink_to("/dev/zero")
+    directory = tmp_path / "dir-lock"
+    directory.mkdir()
+    for path, kind in ((fifo, "a FIFO (named pipe)"), (zero, "a character device"),
+                       (directory, "a directory")):
+        with no_hang(10):
+            refused = run_module(mig_node_lease, args(path, "acquired"))
+        assert refused["failed"], refused
+        assert refused["msg"] == ("lock_file %s is %s, not a regular file; nothing was read "
+                                  "from it" % (path, kind))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "dir-lock", "dir-lock.guard", "fifo-lock", "fifo-lock.guard", "zero-lock",
+        "zero-lock.guard"]
+    assert list(directory.iterdir()) == []
+
+
+def test_a_lock_file_larger_than_a_record_can_be_is_refused(run_module, tmp_path):
+    lock = tmp_path / "lock"
+    with open(str(lock), "wb") as handle:      # sparse: nothing is read
+        handle.truncate(10 ** 10)
+    refused = run_module(mig_node_lease, args(lock, "acquired"))
+    assert refused["failed"] and refused["msg"] == (
+        "lock_file %s: %d bytes, more than the %d it may have"
+        % (lock, 10 ** 10, mig_node_lease.LOCK_FILE_LIMIT))
+    assert lock.stat().st_size == 10 ** 10
 
 
 class RacingStore(object):

@@ -123,11 +123,56 @@ def test_debouncer_emits_after_max_wait_under_constant_churn():
     (True, None, "settle_seconds must be a number of seconds, got True"),
     (-1, None, "settle_seconds must be between 0 and 86400 seconds, got -1"),
     (10, 5, "max_wait_seconds (5.0) must be at least settle_seconds (10.0)"),
+    # Issue 36: the rulebook renders options as text; only ASCII digits make a number.
+    (" 30", None, "settle_seconds must be a number of seconds, got ' 30'"),
+    ("30\n", None, "settle_seconds must be a number of seconds, got '30\\n'"),
+    ("\uff13\uff10", None, "settle_seconds must be a number of seconds, got '\uff13\uff10'"),
+    ("nan", None, "settle_seconds must be a number of seconds, got 'nan'"),
+    (float("nan"), None, "settle_seconds must be between 0 and 86400 seconds, got nan"),
+    (float("inf"), None, "settle_seconds must be between 0 and 86400 seconds, got inf"),
+    ("-5", None, "settle_seconds must be between 0 and 86400 seconds, got '-5'"),
+    (10, "\u0664\u0660", "max_wait_seconds must be a number of seconds, got '\u0664\u0660'"),
 ])
 def test_bad_source_options_are_refused_with_their_name(settle, most, message):
     with pytest.raises(d.DemandError) as err:
         d.Debouncer(settle, most)
     assert str(err.value) == message
+
+
+def test_source_options_as_text_in_ascii_digits_are_taken():
+    deb = d.Debouncer("30", "120.5")
+    assert (deb.settle, deb.max_wait) == (30.0, 120.5)
+    assert d.watch_settings({}) == {"reconnect_max_seconds": 30.0, "watch_timeout_seconds": 300}
+    assert d.watch_settings({"reconnect_max_seconds": "5", "watch_timeout_seconds": "60"}) == {
+        "reconnect_max_seconds": 5.0, "watch_timeout_seconds": 60}
+    assert d.watch_settings({"reconnect_max_seconds": 0.5})["reconnect_max_seconds"] == 0.5
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"reconnect_max_seconds": float("nan")}, "reconnect_max_seconds must be between 0 and 86400"),
+    ({"reconnect_max_seconds": "inf"}, "reconnect_max_seconds must be a number of seconds"),
+    ({"reconnect_max_seconds": -5}, "reconnect_max_seconds must be between 0 and 86400"),
+    ({"reconnect_max_seconds": 0}, "reconnect_max_seconds must be more than 0, got 0"),
+    ({"watch_timeout_seconds": -5}, "watch_timeout_seconds must be a whole number of seconds"),
+    ({"watch_timeout_seconds": 0}, "watch_timeout_seconds must be a whole number of seconds"),
+    ({"watch_timeout_seconds": "\u0663\u0660\u0660"}, "watch_timeout_seconds must be a whole"),
+    ({"watch_timeout_seconds": "300\n"}, "watch_timeout_seconds must be a whole number"),
+    ({"watch_timeout_seconds": 2.5}, "watch_timeout_seconds must be a whole number"),
+    ({"watch_timeout_seconds": float("inf")}, "watch_timeout_seconds must be a whole number"),
+    ({"watch_timeout_seconds": True}, "watch_timeout_seconds must be a whole number"),
+])
+def test_the_watch_options_refuse_negative_nan_infinite_and_other_digits(args, message):
+    """Issue 36: the event sources' watch options were float() and int() of what was given, so
+    NaN, infinite and negative values (and '\u0663\u0660\u0660') reached the watch."""
+    with pytest.raises(d.DemandError) as err:
+        d.watch_settings(args)
+    assert str(err.value).startswith(message), str(err.value)
+
+
+def test_a_pod_quantity_in_other_digits_or_with_white_space_is_no_request():
+    for odd in ("\u0662", "\uff12", " 2", "2\n", "2.0", "-2", -2, True):
+        assert d.pod_request(pod("a", limits={MIG_1G: odd})) == {}, odd
+    assert d.pod_request(pod("a", limits={MIG_1G: "2"})) == {MIG_1G: 2}
 
 
 def test_backoff_doubles_up_to_its_limit_and_resets():

@@ -190,6 +190,14 @@ def test_settings_take_every_documented_variable_and_their_defaults():
     ({"gpuops_mig_round_lease_wait": [1]}, "gpuops_mig_round_lease_wait must be a whole number"),
     ({"gpuops_mig_round_lease_namespace": 5}, "gpuops_mig_round_lease_namespace must be a name"),
     ({"gpuops_mig_round_maxnodes": 2}, "unknown round variable.s. gpuops_mig_round_maxnodes"),
+    # Issue 36: ASCII digits only (int() takes all of these).
+    ({"gpuops_mig_round_max_nodes": " 4"}, "gpuops_mig_round_max_nodes must be a whole number"),
+    ({"gpuops_mig_round_max_nodes": "4\n"}, "gpuops_mig_round_max_nodes must be a whole number"),
+    ({"gpuops_mig_round_max_nodes": "\uff14"}, "gpuops_mig_round_max_nodes must be a whole"),
+    ({"gpuops_mig_round_cooldown": "\u0663\u0660\u0660"}, "gpuops_mig_round_cooldown must be"),
+    ({"gpuops_mig_round_cooldown": "1_000"}, "gpuops_mig_round_cooldown must be a whole number"),
+    ({"gpuops_mig_round_lease_wait": "+30"}, "gpuops_mig_round_lease_wait must be a whole number"),
+    ({"gpuops_mig_round_lease_duration": 2.5}, "gpuops_mig_round_lease_duration must be a whole"),
 ])
 def test_bad_settings_are_refused_naming_the_variable(variables, message):
     with pytest.raises(r.RoundError, match=message):

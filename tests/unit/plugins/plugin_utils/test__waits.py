@@ -18,6 +18,7 @@ from ansible_collections.gpuops.mig.plugins.plugin_utils._waits import retries
     (0, 5, 1),              # a timeout of 0 still looks once
     (3, 10, 1),
     (2.5, 1, 3),
+    ("2.5", "0.5", 5),      # a decimal point in ASCII text
 ])
 def test_retries_is_the_timeout_over_the_delay_rounded_up_and_at_least_one(timeout, delay, expected):
     assert retries(timeout, delay) == expected
@@ -30,6 +31,17 @@ def test_retries_is_the_timeout_over_the_delay_rounded_up_and_at_least_one(timeo
     (-1, 5, "0 or more"),
     (900, 0, "the wait's delay must be more than 0 seconds, got 0"),
     (float("inf"), 5, "0 or more"),
+    (float("nan"), 5, "0 or more"),
+    ("-5", 5, "0 or more"),
+    # Issue 36: ASCII digits only (float() takes all of these).
+    (" 300", 5, "the wait's timeout must be a number of seconds, got ' 300'"),
+    ("300\n", 5, "the wait's timeout must be a number of seconds, got '300\\n'"),
+    ("\u0663\u0660\u0660", 5, "the wait's timeout must be a number of seconds"),
+    (300, "\uff15", "the wait's delay must be a number of seconds"),
+    ("1_000", 5, "the wait's timeout must be a number of seconds"),
+    ("1e3", 5, "the wait's timeout must be a number of seconds"),
+    ("nan", 5, "the wait's timeout must be a number of seconds, got 'nan'"),
+    ("inf", 5, "the wait's timeout must be a number of seconds, got 'inf'"),
 ])
 def test_a_timeout_or_delay_that_is_not_seconds_is_refused_naming_it(timeout, delay, words):
     with pytest.raises(RefusedError) as err:
