@@ -42,3 +42,21 @@ def test_a_rollout_an_operator_can_follow(cluster, cluster_env, tmp_path):
     rerun = fleet.run("playbooks/site.yml", knobs)
     assert rerun.returncode == 0 and "0 changed, 0 failed" in rerun.stdout, output(rerun)
     assert len(rerun.stdout.splitlines()) <= 12, rerun.stdout
+    # A group left empty (no node converged, or none changes) is no host-pattern warning.
+    for run in (first, again, rerun):
+        assert "Could not match supplied host pattern" not in run.stdout + run.stderr, output(run)
+
+
+def test_a_host_that_is_no_kubernetes_node_is_not_said_to_be_cordoned(tmp_path):
+    """A Slurm box, say: no cluster. Its steps name no cordon, drain or uncordon."""
+    fleet = Fleet(tmp_path)
+    fleet.env["ANSIBLE_STDOUT_CALLBACK"] = "gpuops.mig.rollout"
+    fleet.add("slurm-1", "1xA30-24GB", kubernetes=False,
+              mig_node_layouts=[{"gpus": "all", "devices": {"2g.12gb": 2}}])
+    run = fleet.run("playbooks/site.yml", {"gpuops_mig_kubernetes": False})
+    assert run.returncode == 0, output(run)
+    steps = [line.split("  ", 1)[1] for line in run.stdout.splitlines()
+             if re.match(r"^\d\d:\d\d:\d\d slurm-1  ", line)]
+    assert steps == ["pause the GPU clients", "MIG mode", "MIG geometry", "boot-time restore",
+                     "restore the GPU clients"], run.stdout
+    assert "Could not match supplied host pattern" not in run.stdout + run.stderr, output(run)
