@@ -38,7 +38,6 @@ import pathlib
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,8 +50,6 @@ for path in (
     REPO,
 ):
     sys.path.insert(0, path)
-
-import yaml  # noqa: E402
 
 import gpuops_mig_sim as sim  # noqa: E402
 from test_eda_loop import stop_rulebook  # noqa: E402
