@@ -118,11 +118,30 @@ def _finished(pod):
     return ((pod or {}).get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
+def _fall_back(mode: str, info: Mapping[str, Any], path: str = "reconfigure") -> tuple[str, str]:
+    """`devices` becomes the whole-node drain where the pods to evict cannot be told apart: the
+    pod map is unknown, the change reboots the node, or mig-manager rebuilds every device of a GPU
+    it changes. Returns the mode and why it fell back ('' when it did not)."""
+    if mode != "devices":
+        return mode, ""
+    if path == "mig-manager":
+        why = "the GPU Operator's mig-manager recreates every MIG device of a GPU it changes"
+    elif not info.get("allocations_source"):
+        why = "which pod holds which MIG device is unknown (%s)" % (
+            info.get("allocations_error") or "not read")
+    elif (info.get("evictions") or {}).get("drain_node"):
+        why = "the change reboots the node"
+    else:
+        return mode, ""
+    return "node", why
+
+
 def drain_plan(pods: Sequence[Mapping[str, Any]] | None, setting: Any, info: Mapping[str, Any] | None,
                gpu_pods_only: bool, evict_label: str | None) -> dict[str, Any]:
     """Which of the node's pods this change evicts, and why, as decided inside the cordoned window.
 
-    pods: the node's pods. setting: mig_node_drain. info: gpuops.mig.mig_node_info's result, read after the
+    pods: the node's pods. setting: mig_node_drain, or the preview's drain ({"mode", "why"}: a
+    whole-node drain the preview chose keeps the preview's reason). info: gpuops.mig.mig_node_info's result, read after the
     cordon (allocations_source, allocations_error, evictions: which pods hold devices the plan destroys or
     sit on GPUs whose mode changes, or drain_node for a reboot).
 
@@ -130,25 +149,18 @@ def drain_plan(pods: Sequence[Mapping[str, Any]] | None, setting: Any, info: Map
     but not yet given its devices: which device it gets is unknown). Where the pod map could not be read,
     or the change reboots the node, it falls back to the whole-node drain and says why.
     Returns {"mode", "why", "evict": [patches for pods_to_evict's label], "pods": [{"pod", "reasons"}]}."""
-    mode = drain_mode(setting)
     info = info or {}
     evictions = info.get("evictions") or {}
-    why = ""
-    if mode == "devices":
-        if not info.get("allocations_source"):
-            why = "which pod holds which MIG device is unknown (%s)" % (info.get("allocations_error") or "not read")
-        elif evictions.get("drain_node"):
-            why = "the change reboots the node"
-        if why:
-            mode = "node"
+    preview = setting if isinstance(setting, Mapping) else {"mode": setting}
+    mode, why = _fall_back(drain_mode(preview.get("mode")), info)
+    why = why or (preview.get("why") or "" if mode == "node" else "")
     if mode == "none":
         return {"mode": mode, "why": "", "evict": [], "pods": []}
     if mode == "node":
         evict = pods_to_evict(pods, gpu_pods_only, evict_label)
         reason = [{"reason": "node drain", "detail": why or "mig_node_drain is node"}]
         return {"mode": mode, "why": why, "evict": evict,
-                "pods": [{"pod": "%s/%s" % (p["metadata"]["namespace"], p["metadata"]["name"]), "reasons": reason}
-                         for p in evict]}
+                "pods": [{"pod": _pod_key(p), "reasons": reason} for p in evict]}
     named = dict((e["pod"], e["reasons"]) for e in evictions.get("pods") or [])
     mapped = set("%s/%s" % (a.get("namespace"), a.get("pod")) for a in info.get("allocations") or [])
     chosen = []
@@ -199,18 +211,8 @@ def drain_preview(setting: Any, info: Mapping[str, Any] | None, path: str = "rec
     """What the preview says about the drain, before the node is cordoned (the pods are chosen again inside
     the window): the mode, why a whole-node drain where `devices` was asked, and the pods the plan evicts.
     path: the decision's path; mig-manager rebuilds every MIG device of a GPU it changes, so it drains the node."""
-    mode = drain_mode(setting)
     info = info or {}
-    why = ""
-    if mode == "devices":
-        if path == "mig-manager":
-            why = "the GPU Operator's mig-manager recreates every MIG device of a GPU it changes"
-        elif not info.get("allocations_source"):
-            why = "which pod holds which MIG device is unknown (%s)" % (info.get("allocations_error") or "not read")
-        elif (info.get("evictions") or {}).get("drain_node"):
-            why = "the change reboots the node"
-        if why:
-            mode = "node"
+    mode, why = _fall_back(drain_mode(setting), info, path)
     pods = [{"pod": e["pod"], "reasons": sorted({r.get("reason") for r in e.get("reasons") or []})}
             for e in (info.get("evictions") or {}).get("pods") or []] if mode == "devices" else []
     if mode == "none":

@@ -121,6 +121,18 @@ def test_devices_falls_back_to_the_whole_node_drain_and_says_why():
     assert pods.drain_plan(WINDOW_PODS, False, INFO, True, "x") == {"mode": "none", "why": "", "evict": [], "pods": []}
 
 
+def test_a_whole_node_drain_the_preview_chose_keeps_the_previews_reason():
+    """The window's plan is given the preview's drain: its reason, not "mig_node_drain is node"."""
+    manager = "the GPU Operator's mig-manager recreates every MIG device of a GPU it changes"
+    out = pods.drain_plan(WINDOW_PODS, {"mode": "node", "why": manager}, INFO, True, "x")
+    assert out["mode"] == "node" and out["why"] == manager
+    assert {r["detail"] for p in out["pods"] for r in p["reasons"]} == {manager}
+    asked = pods.drain_plan(WINDOW_PODS, {"mode": "node", "why": ""}, INFO, True, "x")
+    assert {r["detail"] for p in asked["pods"] for r in p["reasons"]} == {"mig_node_drain is node"}
+    kept = pods.drain_plan(WINDOW_PODS, {"mode": "devices", "why": ""}, INFO, False, "x")
+    assert kept == pods.drain_plan(WINDOW_PODS, "devices", INFO, False, "x")
+
+
 def test_kept_pods_must_run_on_with_their_devices():
     before = INFO["allocations"]
     after = [alloc("a", "MIG-a"), alloc("c", "MIG-c2")]
