@@ -424,8 +424,17 @@ def main(argv=None):
     parser.add_argument("--nos-seconds", type=int, default=20, help="nos's agent on one GPU")
     parser.add_argument("--sample-minutes", type=int, default=30)
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--trace", help="replay the trace that bench_demand_loop.py --json wrote "
+                        "(its pods, not --seed/--hours/--per-minute), to set the model and the "
+                        "greedy reference beside the measured loop")
     args = parser.parse_args(argv)
-    pods = trace(args.seed, args.hours, args.per_minute)
+    if args.trace:
+        with open(args.trace) as handle:
+            measured = json.load(handle)["trace"]   # [at, name, profile, runs]
+        pods = [(round(at), profile, round(runs)) for at, _name, profile, runs in measured]
+        args.hours = (max(at for at, _p, _r in pods) + args.step) / 3600.0
+    else:
+        pods = trace(args.seed, args.hours, args.per_minute)
     policies = [Fixed(), NosGreedy(args.nos_seconds), Loop(args, pod_map=False), Loop(args)]
     results = [replay(policy, pods, args) for policy in policies]
     header = ("policy", "served", "never", "p50 s", "p95 s", "destroyed", "evicted", "slices %", "rounds", "held")
