@@ -153,7 +153,8 @@ def drain_plan(pods: Sequence[Mapping[str, Any]] | None, setting: Any, info: Map
     evictions = info.get("evictions") or {}
     preview = setting if isinstance(setting, Mapping) else {"mode": setting}
     mode, why = _fall_back(drain_mode(preview.get("mode")), info)
-    why = why or (preview.get("why") or "" if mode == "node" else "")
+    if mode == "node" and not why:
+        why = preview.get("why") or ""
     if mode == "none":
         return {"mode": mode, "why": "", "evict": [], "pods": []}
     if mode == "node":
