@@ -93,9 +93,9 @@ def trace(pods, minutes, rng):
     span = minutes * 60.0
     burst, big = max(1, pods * 4 // 10), max(1, pods // 5)
     out = []
-    for _ in range(burst):
+    for _pod in range(burst):
         out.append((rng.uniform(0, span * 0.1), "1g.10gb"))
-    for _ in range(big):
+    for _pod in range(big):
         out.append((rng.uniform(span * 0.3, span * 0.4), "7g.80gb"))
     lacking = max(0, pods // 3 - big)
     for i in range(pods - burst - big):
