@@ -27,7 +27,6 @@ class FilterModule(object):
         return {
             "mig_round_settings": _plain_args(rounds.settings),
             "mig_round_plan_policy": _plain_args(rounds.plan_policy),
-            "mig_round_gate": _plain_args(rounds.gate),
             "mig_round_select": _plain_args(rounds.select),
             "mig_round_record": _plain_args(rounds.record),
             "mig_round_lines": _plain_args(rounds.outcome_lines),

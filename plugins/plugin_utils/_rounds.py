@@ -8,15 +8,18 @@ change now, which are held for a person, and what the round reports.
 - ``settings``: the round's variables (``gpuops_mig_round_*``), checked and with their defaults,
   before the round takes its lease; the report shows them, and the apply takes its batch size from
   them (a play's ``serial`` is not templated from inventory variables).
-- ``gate``: may a round start now (the cooldown since the last round that changed something).
+- ``gate``: whether the cooldown since the last change a person approved still holds.
 - ``select``: from the plan (playbooks/plan.yml's JSON), the pods and the Nodes, the nodes applied
-  at once (their change evicts nothing and changes no MIG mode), the ones held and why, within the
-  round's ``max_nodes``. A person approves a held node by its plan's ``config_label``.
+  and the ones held, and why. A change that evicts no pod and changes no MIG mode only destroys
+  free devices: it is applied at once (``fast``), all such nodes together, bounded by the demand
+  alone. A change that evicts pods or changes a MIG mode is held until a person approves its
+  plan's ``config_label``; approved, it waits out the cooldown and at most ``max_nodes`` of them
+  change in a round, ``serial`` at a time.
 - ``plan_policy``: the planner's policy for the round: the nodes ``select`` would hold whatever
   their plan (their last change failed, or an earlier round did not finish them) are not offered to
   the planner, so the demand goes to nodes the round may change.
-- ``record``: the state the next round reads (when a round last changed nodes, which changes never
-  finished). Written before the apply (its nodes unfinished) and again after it (finished), so a
+- ``record``: the state the next round reads (when a round last applied an approved change, which
+  changes never finished). Written before the apply (its nodes unfinished) and again after it (finished), so a
   round that dies half-way leaves its nodes held.
 - ``deferral``: whether a node's failed change is left for the next round rather than for a person:
   in a round, a refusal before any change whose only cause is a pod bound after the plan to a
@@ -154,16 +157,20 @@ def _now(now):
 
 
 def gate(state: Any, cooldown_seconds: Any, now: Any = None) -> dict[str, Any]:
-    """{wait_seconds, why}: how long the cooldown still holds the next round (0: start now)."""
+    """{wait_seconds, why}: how long the cooldown still holds the approved changes (those that
+    evict pods or change a MIG mode; 0: they may change now). It runs from the end of the last
+    round that applied one (``record``'s ``last_change``)."""
     state = _mapping(state, "the round state")
     cooldown = _seconds(cooldown_seconds, "gpuops_mig_round_cooldown")
     last = _time(state.get("last_change")) if state.get("last_change") else None
     if last is None or cooldown == 0:
-        return {"wait_seconds": 0, "why": "no round changed a node within the cooldown (%d s)" % cooldown}
+        return {"wait_seconds": 0,
+                "why": "no approved change within the cooldown (%d s)" % cooldown}
     left = cooldown - int((_now(now) - last).total_seconds())
     if left <= 0:
-        return {"wait_seconds": 0, "why": "the last change was %d s ago (cooldown %d s)" % (cooldown - left, cooldown)}
-    return {"wait_seconds": left, "why": "the last round changed nodes at %s; cooldown %d s"
+        return {"wait_seconds": 0, "why": "the last approved change was %d s ago (cooldown %d s)"
+                                          % (cooldown - left, cooldown)}
+    return {"wait_seconds": left, "why": "the last approved change ended at %s; cooldown %d s"
                                          % (state["last_change"], cooldown)}
 
 
@@ -241,18 +248,21 @@ def plan_policy(policy: Any, hosts: Any, nodes: Any = None, state: Any = None) -
 
 
 def select(plan: Any, pods: Any = None, nodes: Any = None, settings: Any = None, approvals: Any = None,
-           state: Any = None) -> dict[str, Any]:
+           state: Any = None, now: Any = None) -> dict[str, Any]:
     """The round's decision for every node the plan touches.
 
     ``plan`` the plan (plan.yml's JSON, or mig_plan's ``plan``); ``pods`` and ``nodes`` the cluster's Pod
-    and Node manifests (None without Kubernetes); ``settings`` {max_nodes, dry_run, k8s_node_names};
-    ``approvals`` {node: config_label} (or {"approved": {...}}); ``state`` what ``record`` wrote last.
-    Returns {apply, held, planned, nodes: {node: {decision, reasons, ...}}, dry_run, max_nodes, report}.
+    and Node manifests (None without Kubernetes); ``settings`` {max_nodes, cooldown, serial, dry_run,
+    k8s_node_names}; ``approvals`` {node: config_label} (or {"approved": {...}}); ``state`` what
+    ``record`` wrote last. Returns {apply, fast, held, planned, nodes: {node: {decision, fast,
+    reasons, ...}}, cooldown (``gate``), serial (the apply's batch size: every node at once when
+    all of them are fast), dry_run, max_nodes, report}.
     """
     plan = _mapping(plan, "the plan")
     planned_nodes = _mapping(plan.get("nodes"), "the plan's nodes")
     settings = _mapping(settings, "the round settings")
     max_nodes = _seconds(settings.get("max_nodes", 1), "gpuops_mig_round_max_nodes")
+    cooldown = gate(state, settings.get("cooldown", 0), now)
     dry_run = settings.get("dry_run", False)
     if not isinstance(dry_run, bool):
         raise RoundError("gpuops_mig_round_dry_run must be true or false, got %s" % describe(dry_run))
@@ -303,6 +313,8 @@ def select(plan: Any, pods: Any = None, nodes: Any = None, settings: Any = None,
             # assumed.
             "drain": "none" if pod_map and not is_approved else None,
             "reasons": blockers + reasons,
+            # Destroys only free devices: applied without a person, the cooldown or max_nodes.
+            "fast": not blockers and not reasons,
         }
         decisions[name] = decision
         if blockers:
@@ -315,15 +327,26 @@ def select(plan: Any, pods: Any = None, nodes: Any = None, settings: Any = None,
                 decision["reasons"].append("approved by a person (config_label %s)" % label)
             candidates.append(name)
 
-    # Approved nodes first (they waited a round), then those that supply the most demand.
-    candidates.sort(key=lambda n: (not decisions[n]["approved"], -sum(decisions[n]["supplies"].values()), n))
+    # Approved changes: those that supply the most demand first, within the cooldown and max_nodes.
+    candidates.sort(key=lambda n: (-sum(decisions[n]["supplies"].values()), n))
     apply = []
+    slow = 0
     for name in candidates:
-        if len(apply) >= max_nodes:
+        if not decisions[name]["fast"] and cooldown["wait_seconds"] > 0:
             decisions[name]["decision"] = "held"
-            decisions[name]["reasons"].append("over this round's limit of %d node(s) "
-                                              "(gpuops_mig_round_max_nodes); the next round takes it" % max_nodes)
-        elif dry_run:
+            decisions[name]["reasons"].append(
+                "the cooldown holds changes that evict pods or change a MIG mode for %d s more "
+                "(%s; gpuops_mig_round_cooldown); a round after that takes it"
+                % (cooldown["wait_seconds"], cooldown["why"]))
+            continue
+        if not decisions[name]["fast"] and slow >= max_nodes:
+            decisions[name]["decision"] = "held"
+            decisions[name]["reasons"].append(
+                "over this round's limit of %d change(s) that evict pods or change a MIG mode "
+                "(gpuops_mig_round_max_nodes); the next round takes it" % max_nodes)
+            continue
+        slow += not decisions[name]["fast"]
+        if dry_run:
             decisions[name]["decision"] = "dry-run"
             decisions[name]["reasons"].append("would be applied (gpuops_mig_round_dry_run)")
             apply.append(name)
@@ -333,7 +356,11 @@ def select(plan: Any, pods: Any = None, nodes: Any = None, settings: Any = None,
     report = plan.get("report") or {}
     return {
         "apply": [] if dry_run else sorted(apply),
+        "fast": [] if dry_run else sorted(n for n in apply if decisions[n]["fast"]),
         "would_apply": sorted(apply) if dry_run else [],
+        "cooldown": cooldown,
+        # Nodes that evict nobody change together; approved ones ``serial`` at a time.
+        "serial": settings.get("serial", 1) if slow else max(1, len(apply)),
         "held": sorted(n for n, d in decisions.items() if d["decision"] == "held"),
         "planned": sorted(decisions),
         "nodes": decisions,
@@ -350,11 +377,13 @@ def select(plan: Any, pods: Any = None, nodes: Any = None, settings: Any = None,
 
 def record(state: Any, round_id: str, selection: Mapping[str, Any], finished: bool,
            now: Any = None, failed: Any = None, deferred: Any = None) -> dict[str, Any]:
-    """The state with this round in it: when a round last changed nodes, and which changes did not finish.
+    """The state with this round in it: when a round last applied an approved change, and which
+    changes did not finish.
 
     Before the apply ``finished`` is False: the round's nodes are unfinished, and stay so (held by the next
     rounds until a person removes them) if the apply never comes back. After it, True takes them out and
-    stamps the end of the change (the cooldown runs from there): the playbook hands both calls the state
+    stamps the end of an approved change (the cooldown runs from there; ``fast`` nodes are not
+    counted): the playbook hands both calls the state
     the round read at its start, so the finishing call must not rely on the first one's stamp.
     ``failed``: the nodes whose change failed (the apply went on with the others): only they stay
     unfinished; a node the round never reached is not. ``deferred``: the nodes put back unchanged
@@ -364,6 +393,9 @@ def record(state: Any, round_id: str, selection: Mapping[str, Any], finished: bo
     selection = _mapping(selection, "the round's selection")
     unfinished = dict(_mapping(state.get("unfinished"), "the round state's unfinished nodes"))
     applied = list(selection.get("apply") or [])
+    decisions = _mapping(selection.get("nodes"), "the round's nodes")
+    # The cooldown spaces out approved changes only; one that destroys free devices does not count.
+    slow = [n for n in applied if not _mapping(decisions.get(n), "a round node").get("fast")]
     failed = set(failed or ())
     stamp = _now(now).strftime("%Y-%m-%dT%H:%M:%SZ")
     for name in applied:
@@ -371,7 +403,7 @@ def record(state: Any, round_id: str, selection: Mapping[str, Any], finished: bo
             unfinished.pop(name, None)
         else:
             unfinished[name] = round_id
-    if set(applied) - set(deferred or ()):
+    if set(slow) - set(deferred or ()):
         state["last_change"] = stamp
     state.update(unfinished=unfinished, last_round=round_id, last_round_at=stamp)
     return state

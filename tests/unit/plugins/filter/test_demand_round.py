@@ -34,7 +34,6 @@ def test_tagged_values_from_a_playbook_select_and_record_as_plain_values():
     assert selection["nodes"]["gpu-a"]["config_label"].__class__ is str   # plain, no longer tagged
     state = FILTERS["mig_round_record"](data["state"], "round-1", selection, False, "2026-11-25T09:00:00Z")
     assert state["unfinished"] == {"gpu-a": "round-1"} and state["last_change"].__class__ is str
-    assert FILTERS["mig_round_gate"](data["state"], "300", "2026-11-25T08:01:00Z")["wait_seconds"] == 240
     assert FILTERS["mig_round_lines"](selection)[-1] == "round: 1 planned, 1 applied, 0 held"
 
 
@@ -43,4 +42,4 @@ def test_bad_input_is_a_filter_error_that_names_the_variable():
     with pytest.raises(AnsibleFilterError, match="gpuops_mig_round_max_nodes must be a whole number"):
         FILTERS["mig_round_select"](data["plan"], [], [], {"max_nodes": "two"})
     with pytest.raises(AnsibleFilterError, match="gpuops_mig_round_cooldown must not be negative"):
-        FILTERS["mig_round_gate"]({}, -5)
+        FILTERS["mig_round_select"](data["plan"], [], [], {"cooldown": -5})

@@ -62,13 +62,39 @@ def test_an_approval_for_the_same_layout_lets_a_held_node_change():
     assert out["approval_request"] == {"off": "gpuops-plan-bbbb"}
 
 
-def test_max_nodes_keeps_the_nodes_that_supply_most_and_holds_the_rest():
+def test_max_nodes_bounds_the_approved_changes_and_never_the_fast_ones():
+    # a, b and c evict nobody (fast): all change at once, whatever max_nodes says.
     the_plan = plan(a=node(gpu(), supplies={"1g.10gb": 1}), b=node(gpu(), supplies={"1g.10gb": 3}),
                     c=node(gpu(), supplies={"1g.10gb": 2}))
-    out = r.select(the_plan, [], settings={"max_nodes": 2})
-    assert out["apply"] == ["b", "c"] and out["held"] == ["a"]
-    assert "over this round's limit of 2 node(s)" in out["nodes"]["a"]["reasons"][0]
-    assert r.select(the_plan, [], settings={"max_nodes": 0})["apply"] == []
+    out = r.select(the_plan, [], settings={"max_nodes": 0, "serial": 1})
+    assert out["apply"] == out["fast"] == ["a", "b", "c"] and out["held"] == []
+    assert out["serial"] == 3   # nodes that evict nobody change together
+    # Approved changes that evict pods: those that supply most first, at most max_nodes.
+    busy = [running("p-%s" % n, n, {MIG_3G: "1"}) for n in "xyz"]
+    the_plan = plan(x=node(gpu(), label="LX", supplies={"1g.10gb": 1}),
+                    y=node(gpu(), label="LY", supplies={"1g.10gb": 3}),
+                    z=node(gpu(), label="LZ", supplies={"1g.10gb": 2}), a=node(gpu()))
+    out = r.select(the_plan, busy, settings={"max_nodes": 2, "serial": 1},
+                   approvals={"x": "LX", "y": "LY", "z": "LZ"})
+    assert out["apply"] == ["a", "y", "z"] and out["fast"] == ["a"] and out["held"] == ["x"]
+    assert out["serial"] == 1   # approved nodes change serial at a time
+    assert "over this round's limit of 2 change(s) that evict pods" in out["nodes"]["x"]["reasons"][-1]
+    assert r.select(the_plan, busy, settings={"max_nodes": 0},
+                    approvals={"x": "LX", "y": "LY", "z": "LZ"})["apply"] == ["a"]
+
+
+def test_the_cooldown_holds_approved_changes_only():
+    busy = [running("p-x", "x", {MIG_3G: "1"})]
+    the_plan = plan(x=node(gpu(), label="LX"), a=node(gpu()))
+    state = {"last_change": "2026-11-25T08:00:00Z"}
+    out = r.select(the_plan, busy, settings={"max_nodes": 5, "cooldown": 300}, approvals={"x": "LX"},
+                   state=state, now="2026-11-25T08:01:40Z")
+    assert out["apply"] == ["a"] and out["held"] == ["x"] and out["cooldown"]["wait_seconds"] == 200
+    assert out["nodes"]["x"]["reasons"][-1].startswith(
+        "the cooldown holds changes that evict pods or change a MIG mode for 200 s more")
+    later = r.select(the_plan, busy, settings={"max_nodes": 5, "cooldown": 300}, approvals={"x": "LX"},
+                     state=state, now="2026-11-25T08:05:00Z")
+    assert later["apply"] == ["a", "x"] and later["fast"] == ["a"]
 
 
 def test_dry_run_applies_nothing_and_says_what_it_would_do():
@@ -89,7 +115,7 @@ def test_failed_and_unfinished_nodes_stay_held_even_when_approved():
 
 
 def test_record_marks_nodes_unfinished_before_the_apply_and_clears_them_after():
-    selection = {"apply": ["a", "b"]}
+    selection = {"apply": ["a", "b"], "nodes": {"a": {"fast": False}, "b": {"fast": True}}}
     before = r.record({"unfinished": {"z": "round-1"}}, "round-2", selection, False, now="2026-11-25T08:00:00Z")
     assert before == {"unfinished": {"z": "round-1", "a": "round-2", "b": "round-2"}, "last_round": "round-2",
                       "last_round_at": "2026-11-25T08:00:00Z", "last_change": "2026-11-25T08:00:00Z"}
@@ -101,6 +127,10 @@ def test_record_marks_nodes_unfinished_before_the_apply_and_clears_them_after():
     # change counts.
     closing = r.record({"unfinished": {}}, "round-4", selection, True, now="2026-11-25T10:00:00Z")
     assert closing["last_change"] == "2026-11-25T10:00:00Z" and closing["unfinished"] == {}
+    # Fast nodes alone (they destroyed only free devices) start no cooldown.
+    fast = r.record({}, "round-5", {"apply": ["b"], "nodes": {"b": {"fast": True}}}, True,
+                    now="2026-11-25T11:00:00Z")
+    assert "last_change" not in fast and fast["unfinished"] == {}
 
 
 def test_gate_waits_out_the_cooldown_after_a_change():
