@@ -32,6 +32,7 @@ Java 17 for ansible-rulebook):
 from __future__ import annotations
 
 import argparse
+import calendar
 import json
 import os
 import pathlib
@@ -123,7 +124,7 @@ class Watch(object):
 
     def __init__(self, cluster):
         self.cluster = cluster
-        self.created, self.running, self.ours = {}, {}, set()
+        self.created, self.running, self.ours, self.node = {}, {}, set(), {}
         self.evicted, self.destroyed = set(), set()
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.loop, daemon=True)
@@ -147,6 +148,7 @@ class Watch(object):
                 status = pod.get("status") or {}
                 if status.get("phase") == "Running" and name not in self.running:
                     self.running[name] = now
+                    self.node[name] = (pod.get("spec") or {}).get("nodeName")
                 if pod["metadata"].get("deletionTimestamp") and name not in self.ours:
                     self.evicted.add(name)
                 if status.get("reason") == "DeviceDestroyed":
@@ -288,13 +290,41 @@ def run(plane_root, name, settings, pods, tail, workdir, profile=False):
         plane.stop()
 
 
+ROUND_ID = re.compile(r"^(\d{8}T\d{6}Z)-")
+
+
+def round_starts(reports):
+    """[(start time, applied nodes)] of the rounds that changed nodes; the round's ID begins with
+    the second it started (gpuops.mig.mig_rollout_identity)."""
+    out = []
+    for report in reports:
+        stamp = ROUND_ID.match(str(report.get("round") or ""))
+        if stamp and report.get("applied"):
+            start = calendar.timegm(time.strptime(stamp.group(1), "%Y%m%dT%H%M%SZ"))
+            out.append((start, set(report["applied"])))
+    return sorted(out, key=lambda r: r[0])
+
+
+def serving_round(starts, created, running, node):
+    """When the round that made the pod's device began: the last round that changed its node,
+    started after the pod was created (to the second) and before it ran; None without one."""
+    found = [s for s, nodes in starts if node in nodes and created - 1 <= s <= running]
+    return found[-1] if found else None
+
+
 def summary(name, settings, pods, watch, reports):
-    waits, reshaped = [], []
+    waits, reshaped, before, during = [], [], [], []
+    starts = round_starts(reports)
     for _at, pod, profile, _runs in pods:
         if pod in watch.running:
             waits.append(watch.running[pod] - watch.created[pod])
             if profile in LACKING:
                 reshaped.append(waits[-1])
+                start = serving_round(starts, watch.created[pod], watch.running[pod],
+                                      watch.node.get(pod))
+                if start is not None:
+                    before.append(max(0.0, start - watch.created[pod]))
+                    during.append(watch.running[pod] - max(start, watch.created[pod]))
     held = {}
     for report in reports:
         for node in report.get("held") or []:
@@ -309,6 +339,12 @@ def summary(name, settings, pods, watch, reports):
         "all": [percentile(waits, 0.5), percentile(waits, 0.95), max(waits or [0])],
         "reshaped": [percentile(reshaped, 0.5), percentile(reshaped, 0.95),
                      max(reshaped or [0]), len(reshaped)],
+        # Of those served by a round's change: creation to that round's start (the settle window,
+        # rounds before it, capacity held by running pods), and its start to Running.
+        "reshaped_before_round": [percentile(before, 0.5), percentile(before, 0.95),
+                                  max(before or [0]), len(before)],
+        "reshaped_round_to_running": [percentile(during, 0.5), percentile(during, 0.95),
+                                      max(during or [0]), len(during)],
         "evicted": sorted(watch.evicted),
         "device_destroyed": sorted(watch.destroyed),
         "rounds": len(reports),
@@ -385,6 +421,12 @@ def main(argv=None):
         else:
             shutil.rmtree(str(root), ignore_errors=True)
     print("\n".join(table(results)))
+    for r in results:
+        print("%s, pods whose profile was created, served by a round's change (%d): creation to "
+              "the round's start p50/p95/max %s; the round's start to Running %s" % (
+                  r["settings"], r["reshaped_round_to_running"][3],
+                  " / ".join(seconds(v) for v in r["reshaped_before_round"][:3]),
+                  " / ".join(seconds(v) for v in r["reshaped_round_to_running"][:3])))
     for r in results:
         for why, nodes in sorted(r["held"].items()):
             print("%s: held %d time(s): %s" % (r["settings"], len(nodes), why))
