@@ -18,9 +18,9 @@ advances in steps of --step seconds. Policies, side by side on the same trace:
 - loop, no pod map: this collection's demand loop where no node's kubelet pod map can be read: the
   source's settle window and fingerprints (_demand.Debouncer), then rounds of the fleet planner
   (plugin_utils/_fleet_plan.plan_fleet, pods' devices as in-use floors, busy devices never destroyed) and the round's
-  selection (_rounds.select: nodes that evict nothing, at most --max-nodes), a --cooldown between rounds
-  that change nodes, --round-seconds to plan, --loop-node-seconds per batch of --round-serial nodes
-  (site.yml's batches, gpuops_mig_round_serial). Without a pod map a change drains the node's GPU pods, so
+  selection (_rounds.select: nodes that evict nothing, all together; --max-nodes, --cooldown and
+  --round-serial bound approved changes only, which this model has none of), --round-seconds to plan,
+  --loop-node-seconds per batch of site.yml. Without a pod map a change drains the node's GPU pods, so
   a node running any is held for a person (who never comes here).
 - loop: the same with every node's pod map (mig_node_info's allocations: which pod holds which device), as
   the mig_plan action reads it (_demand_allocations: devices pods hold are busy, each planned node says
@@ -327,18 +327,21 @@ class Loop(object):
         if self.pod_map:
             _demand_allocations.add_evictions(plan, facts, maps, pods)
         self.plan_seconds += time.perf_counter() - began
-        selection = _rounds.select(plan, pods, settings={"max_nodes": self.args.max_nodes})
+        selection = _rounds.select(plan, pods, settings={"max_nodes": self.args.max_nodes,
+                                                         "serial": self.args.round_serial})
         self.rounds += 1
         self.held += len(selection["held"])
         start = t + self.args.round_seconds
         for i, name in enumerate(selection["apply"]):
             targets = {g["index"]: g["after"] for g in plan["nodes"][name]["gpus"] if g["changed"]}
-            # site.yml's batches of --round-serial nodes, one batch after the other.
-            end = start + (i // self.args.round_serial + 1) * self.args.loop_node_seconds
+            # site.yml's batches (the selection's serial: every node at once when all evict nobody,
+            # else --round-serial), one batch after the other.
+            end = start + (i // selection["serial"] + 1) * self.args.loop_node_seconds
             self.queue.append((name, start, end, targets))
             fleet.busy_until[name] = end   # cordoned until its batch ends
-        if selection["apply"]:
-            # demand_round.yml stamps the change when its apply ends: the cooldown runs from there.
+        if set(selection["apply"]) - set(selection["fast"]):
+            # demand_round.yml stamps an approved change when its apply ends: the cooldown runs
+            # from there (changes that evict nobody start none).
             self.last_change = max(end for _name, _start, end, _targets in self.queue)
 
     def _advance(self, fleet, t):
@@ -415,12 +418,12 @@ def main(argv=None):
     parser.add_argument("--settle", type=float, default=30.0, help="the source's settle window")
     # The guardrails default as demand_round.yml's do (gpuops_mig_round_cooldown 300, gpuops_mig_round_max_nodes 1,
     # gpuops_mig_round_serial 1; the source's settle_seconds 30).
-    parser.add_argument("--cooldown", type=int, default=300, help="seconds between rounds that change nodes")
-    parser.add_argument("--max-nodes", type=int, default=1, help="nodes changed per round")
+    parser.add_argument("--cooldown", type=int, default=300, help="seconds between approved changes")
+    parser.add_argument("--max-nodes", type=int, default=1, help="approved changes per round")
     parser.add_argument("--round-seconds", type=int, default=20, help="a round's facts, pods and plan")
     parser.add_argument("--loop-node-seconds", type=int, default=60, help="site.yml on one batch of nodes")
     parser.add_argument("--round-serial", type=int, default=1,
-                        help="nodes per site.yml batch in a round (gpuops_mig_round_serial)")
+                        help="approved nodes per site.yml batch (gpuops_mig_round_serial)")
     parser.add_argument("--nos-seconds", type=int, default=20, help="nos's agent on one GPU")
     parser.add_argument("--sample-minutes", type=int, default=30)
     parser.add_argument("--json", help="also write the results here")
