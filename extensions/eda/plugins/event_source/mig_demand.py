@@ -57,9 +57,11 @@ options:
     type: float
     default: 30
   max_wait_seconds:
-    description: Seconds after the first change at which the demand is emitted even if it keeps changing.
+    description:
+      - Seconds after the first change at which the demand is emitted even if it keeps changing.
+      - By default O(settle_seconds), so a pod waits at most one settle window for its event however many
+        pods keep arriving; a longer value waits for a long burst to end, at the cost of every pod in it.
     type: float
-    default: four times O(settle_seconds)
   namespace:
     description: Watch the Pods, ResourceClaims and Workloads of this namespace only; default every namespace.
     type: str
