@@ -379,24 +379,26 @@ def test_a_bad_round_setting_fails_before_the_lease_naming_the_variable(kube_api
 
 def test_a_round_whose_node_fails_releases_its_lease_reports_and_leaves_only_that_node_unfinished(
         kube_api, kube_env, tmp_path):
-    """Issue 33: gpu-c's change fails (NVML refuses the new GPU instance); gpu-b, in its own batch,
-    is changed. The round still closes: its lease released, its report written with gpu-c failed,
-    only gpu-c unfinished; then it fails naming gpu-c. The next round does not plan the demand onto
-    gpu-c."""
+    """Issue 33: gpu-c's change fails (NVML refuses the new GPU instance); gpu-b, in the same
+    batch, is changed. The round still closes: its lease released, its report written with gpu-c
+    failed, only gpu-c unfinished; then it fails naming gpu-c. The next round does not plan the
+    demand onto gpu-c. With the default guardrails (max_nodes 1, cooldown 300 s): both changes
+    evict nobody, so both nodes change in one round and no cooldown starts."""
     fleet = round_fleet(tmp_path, kube_api, kube_env, "gpu-b", "gpu-c")
     kube_api.seed(seed.pod("big-1", limits={"nvidia.com/mig-7g.80gb": 1}),
                   seed.pod("big-2", limits={"nvidia.com/mig-7g.80gb": 1}))
     sim.add_fault(fleet.state_path("gpu-c"), "nvmlDeviceCreateGpuInstanceWithPlacement",
                   "INSUFFICIENT_RESOURCES", sticky=True)
     round_dir = tmp_path / "rounds"
-    round_vars = {"gpuops_mig_round_dir": str(round_dir), "gpuops_mig_round_max_nodes": 2,
-                  "gpuops_mig_round_cooldown": 0, "mig_node_validate_delay": "1",
+    round_vars = {"gpuops_mig_round_dir": str(round_dir), "mig_node_validate_delay": "1",
                   "mig_node_drain_retry_delay": "1"}
     run = fleet.run("playbooks/demand_round.yml", round_vars)
     assert run.returncode != 0
     assert "1 node(s) failed in round" in run.stdout, output(run)
+    assert "Batch 1: gpu-b, gpu-c (2 node(s) of the 2 that change)" in run.stdout, output(run)
     last = json.loads((round_dir / "last-round.json").read_text())
     assert last["applied"] == ["gpu-b"] and sorted(last["failed"]) == ["gpu-c"], last
+    assert last["settings"]["max_nodes"] == 1 and last["settings"]["cooldown"] == 300
     state = json.loads((round_dir / "state.json").read_text())
     # Both changes evict nobody: no cooldown starts (it spaces out approved changes only).
     assert sorted(state["unfinished"]) == ["gpu-c"] and "last_change" not in state
