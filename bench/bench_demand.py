@@ -415,9 +415,9 @@ def main(argv=None):
     parser.add_argument("--tail", type=int, default=30, help="minutes replayed after the last arrival")
     parser.add_argument("--per-minute", type=float, default=2.0, help="pod arrivals per minute")
     parser.add_argument("--step", type=int, default=5, help="seconds per simulation step")
-    parser.add_argument("--settle", type=float, default=30.0, help="the source's settle window")
+    parser.add_argument("--settle", type=float, default=10.0, help="the source's settle window")
     # The guardrails default as demand_round.yml's do (gpuops_mig_round_cooldown 300, gpuops_mig_round_max_nodes 1,
-    # gpuops_mig_round_serial 1; the source's settle_seconds 30).
+    # gpuops_mig_round_serial 1; the source's settle_seconds 10).
     parser.add_argument("--cooldown", type=int, default=300, help="seconds between approved changes")
     parser.add_argument("--max-nodes", type=int, default=1, help="approved changes per round")
     parser.add_argument("--round-seconds", type=int, default=20, help="a round's facts, pods and plan")

@@ -80,7 +80,7 @@ LACKING = ("7g.80gb", "4g.40gb", "1g.20gb")
 SETTINGS = {
     "defaults": {},
     "responsive": {
-        "gpuops_mig_demand_settle_seconds": 10,
+        "gpuops_mig_demand_settle_seconds": 5,
         "gpuops_mig_round_cooldown": 0,
         "gpuops_mig_round_max_nodes": 4,
         "gpuops_mig_round_serial": 4,

@@ -18,7 +18,7 @@ decisions are unit-tested (docs/dynamic.md):
   event's payload; ``complete`` says whether every watched kind has been listed once (no demand is
   emitted before: a kind listed late would be missing from the first event).
 - ``Debouncer``: the settle window. Demand must stay unchanged for ``settle_seconds`` (or keep changing
-  for ``max_wait_seconds``, by default the same) before it is emitted, and a fingerprint already emitted is never emitted
+  for ``max_wait_seconds``, by default three windows) before it is emitted, and a fingerprint already emitted is never emitted
   again, so one burst of pods makes one event and a re-listing after a reconnect makes none.
 """
 
@@ -259,10 +259,10 @@ class Debouncer(object):
 
     def __init__(self, settle_seconds: Any, max_wait_seconds: Any = None) -> None:
         self.settle = check_seconds(settle_seconds, "settle_seconds")
-        # By default the settle window is also the longest wait: a demand is said at most settle
-        # seconds after it first changed, however many pods keep coming (a burst is one event, and
-        # a pod never waits for a burst behind it to end).
-        self.max_wait = check_seconds(self.settle if max_wait_seconds is None else max_wait_seconds,
+        # By default a demand is said at most three settle windows after it first changed, however
+        # many pods keep coming: a burst is one event, and a pod does not wait long for the burst
+        # behind it to end.
+        self.max_wait = check_seconds(self.settle * 3 if max_wait_seconds is None else max_wait_seconds,
                                       "max_wait_seconds")
         if self.max_wait < self.settle:
             raise DemandError("max_wait_seconds (%s) must be at least settle_seconds (%s)"

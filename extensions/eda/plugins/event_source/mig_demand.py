@@ -55,12 +55,13 @@ options:
   settle_seconds:
     description: Seconds the demand must stay unchanged before it is emitted.
     type: float
-    default: 30
+    default: 10
   max_wait_seconds:
     description:
       - Seconds after the first change at which the demand is emitted even if it keeps changing.
-      - By default O(settle_seconds), so a pod waits at most one settle window for its event however many
-        pods keep arriving; a longer value waits for a long burst to end, at the cost of every pod in it.
+      - By default three times O(settle_seconds) (30 s with the default window), so a pod waits at most that
+        long for its event however many pods keep arriving; a longer value waits for a long burst to end, at
+        the cost of every pod in it.
     type: float
   namespace:
     description: Watch the Pods, ResourceClaims and Workloads of this namespace only; default every namespace.
@@ -236,7 +237,7 @@ async def main(queue, args):
     args = dict(args or {})
     kinds = demand.watched_kinds(args)
     demand.watch_settings(args)      # a bad option is refused before the watches start
-    debouncer = demand.Debouncer(args.get("settle_seconds", 30), args.get("max_wait_seconds"))
+    debouncer = demand.Debouncer(args.get("settle_seconds", 10), args.get("max_wait_seconds"))
     # No event before every kind has been listed once (a kind whose API keeps failing holds the
     # others back for max_wait_seconds, at least 30 s).
     tracker = demand.DemandTracker(kinds, patience=max(debouncer.max_wait, 30.0), now=time.time())
