@@ -18,6 +18,5 @@ class FilterModule(object):
             "mig_smoke_pods": node_pods.smoke_pods,
             "mig_smoke_failure": node_pods.smoke_failure,
             "mig_drain_plan": as_filter(node_pods.drain_plan, ValueError),
-            "mig_drain_plan_text": node_pods.drain_plan_text,
             "mig_kept_pods_problems": node_pods.kept_pods_problems,
         }
