@@ -37,7 +37,6 @@ class FilterModule(object):
             "mig_node_report": rollout_report.node_report,
             "mig_fleet_summary": rollout_report.fleet_summary,
             "mig_preview_lines": rollout_report.preview_lines,
-            "mig_batch_stops": rollout_report.batch_stops,
             "mig_preview_failure": as_filter(rollout_report.preview_failure, ValueError),
             "mig_expected_advertisement": _wrap(sharing.expected_advertisement),
             "mig_advertised": _wrap(decision.advertised),
