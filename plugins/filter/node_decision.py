@@ -33,7 +33,6 @@ class FilterModule(object):
             "mig_node_decision": node_decision,
             "mig_config_from_configmaps": decision.config_from_configmaps,
             "mig_manager_run": _wrap(decision.mig_manager_run),
-            "mig_paused_operands": _wrap(decision.paused_operands),
             "mig_node_report": rollout_report.node_report,
             "mig_fleet_summary": rollout_report.fleet_summary,
             "mig_preview_lines": rollout_report.preview_lines,
