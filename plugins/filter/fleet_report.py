@@ -2,7 +2,8 @@
 # Copyright: Contributors to the gpuops.mig collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""Filters through which playbooks/facts.yml builds the fleet report (logic in plugin_utils/_fleet_report.py)."""
+"""The filter through which playbooks/facts.yml builds the fleet report and its table (logic in
+plugin_utils/_fleet_report.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,5 @@ def _wrap(function):
 class FilterModule(object):
     def filters(self):
         return {
-            "mig_fleet_report": _wrap(fleet_report.fleet_report),
-            "mig_fleet_report_table": _wrap(fleet_report.table),
+            "mig_fleet_report": _wrap(fleet_report.report_and_table),
         }

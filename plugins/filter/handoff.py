@@ -15,7 +15,6 @@ class FilterModule(object):
     def filters(self):
         return {
             "mig_partitioner_published": as_filter(handoff.published, handoff.HandoffError),
-            "mig_partitioner_withdrawn": as_filter(handoff.withdrawn, handoff.HandoffError),
             "mig_hami_node_config": as_filter(handoff.hami_node_config, handoff.HandoffError),
             "mig_handoff_record": as_filter(handoff.record_text, handoff.HandoffError),
         }

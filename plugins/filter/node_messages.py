@@ -13,6 +13,5 @@ class FilterModule(object):
     def filters(self):
         return {
             "mig_mode_still_pending": messages.mode_still_pending,
-            "mig_mode_wrong_after_reboot": messages.mode_wrong_after_reboot,
             "mig_reconfigure_failed": messages.reconfigure_failed,
         }

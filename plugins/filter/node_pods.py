@@ -13,11 +13,9 @@ from ansible_collections.gpuops.mig.plugins.plugin_utils._filter_errors import a
 class FilterModule(object):
     def filters(self):
         return {
-            "mig_pods_to_evict": node_pods.pods_to_evict,
             "mig_plugin_pods": node_pods.plugin_pods,
             "mig_smoke_pods": node_pods.smoke_pods,
             "mig_smoke_failure": node_pods.smoke_failure,
             "mig_drain_plan": as_filter(node_pods.drain_plan, ValueError),
-            "mig_drain_plan_text": node_pods.drain_plan_text,
             "mig_kept_pods_problems": node_pods.kept_pods_problems,
         }

@@ -237,3 +237,10 @@ def table(report: Mapping[str, Any]) -> list[str]:
             seps = SEPARATORS[:1] + SEPARATORS[4:]
         lines.append("".join(cell + sep for cell, sep in zip(cells, seps + ("",))).rstrip())
     return lines
+
+
+def report_and_table(facts_by_host: Any, declared: Any = None, nodes: Any = None,
+                     plan: Any = None) -> dict[str, Any]:
+    """{"report": fleet_report(...), "table": table(report)}: the JSON and the text of facts.yml."""
+    report = fleet_report(facts_by_host, declared, nodes, plan)
+    return {"report": report, "table": table(report)}

@@ -230,11 +230,15 @@ def handoff_summary(host: str, handoff: Mapping[str, Any], decision: Mapping[str
 
 # -- what the partitioner publishes --------------------------------------------------
 
-def published(objects: Sequence[Mapping[str, Any]] | None, partitioner: str, gpus: Sequence[Mapping[str, Any]],
-              node_name: str) -> dict[str, Any]:
-    """Whether the partitioner publishes the node's MIG-capable GPUs as dynamic: {ok, text}.
+def published(objects: Sequence[Mapping[str, Any]] | None, partitioner: str,
+              gpus: Sequence[Mapping[str, Any]] | None, node_name: str,
+              gone: bool = False) -> dict[str, Any]:
+    """Whether the partitioner publishes the node's MIG-capable GPUs as dynamic: {ok, text}; with
+    gone, whether its devices are gone from the node (withdrawn; gpus is not read).
 
     objects: the node's ResourceSlices (nvidia-dra) or [the Node] (hami); gpus: mig_facts GPUs."""
+    if gone:
+        return withdrawn(objects, partitioner, node_name)
     wanted = sorted(g["uuid"] for g in gpus or () if g.get("mig_capable", g.get("mig_enabled")))
     if partitioner == "nvidia-dra":
         devices = _slice_devices(objects, node_name)

@@ -229,14 +229,18 @@ def operator_mode(wanted: str | None, operator: Mapping[str, Any], source: str |
 
 def mig_manager_run(node: Mapping[str, Any] | None) -> dict[str, Any]:
     """What the node's nvidia.com/mig.config.state says of mig-manager's run: {state, in_flight, finished,
-    settled, restart_helps}. A run in flight ends with its own success or failed whatever the label asks
-    meanwhile (mig-manager reads a new nvidia.com/mig.config value only between runs), so the label is changed
-    only once it is settled. A run still `pending` after the wait (or no state at all: mig-manager never took
-    the label up) is what a new pod gets out of; `rebooting` is a node going down and back (WITH_REBOOT),
-    which a pod restart cannot shorten."""
+    settled, restart_helps, paused_operands}. A run in flight ends with its own success or failed
+    whatever the label asks meanwhile (mig-manager reads a new nvidia.com/mig.config value only
+    between runs), so the label is changed only once it is settled. A run still `pending` after the
+    wait (or no state at all: mig-manager never took the label up) is what a new pod gets out of;
+    `rebooting` is a node going down and back (WITH_REBOOT), which a pod restart cannot shorten.
+    paused_operands: after a failed run, the operand labels to put back (paused_operands); else
+    none."""
     state = _labels(node).get(LABEL_STATE, "")
     return {"state": state, "in_flight": state in MIG_MANAGER_IN_FLIGHT, "finished": state in MIG_MANAGER_FINISHED,
-            "settled": state not in MIG_MANAGER_IN_FLIGHT, "restart_helps": state in ("pending", "")}
+            "settled": state not in MIG_MANAGER_IN_FLIGHT,
+            "restart_helps": state in ("pending", ""),
+            "paused_operands": paused_operands(node) if state == "failed" else {}}
 
 
 def paused_operands(node: Mapping[str, Any] | None) -> dict[str, str]:

@@ -20,8 +20,17 @@ def _gpus(mode, describe):
     return "; ".join(describe(gpu) for gpu in (mode or {}).get("gpus") or [] if gpu.get("action_required", "none") != "none")
 
 
-def mode_still_pending(host: str, mode: Mapping[str, Any], rebooted: bool, reboot_allowed: bool) -> str:
-    """The MIG mode of some GPUs is pending and the role will not (or may no longer) reboot."""
+def mode_still_pending(host: str, mode: Mapping[str, Any], rebooted: bool = False,
+                       reboot_allowed: bool = True, after_reboot: bool = False) -> str:
+    """The MIG mode of some GPUs is pending and the role will not (or may no longer) reboot; with
+    after_reboot, the reboot did not bring it (each GPU's current and pending mode), and the role
+    does not reboot again."""
+    if after_reboot:
+        gpus = _gpus(mode, lambda g: "GPU %s (%s: current %s, pending %s; %s)" % (
+            g.get("index"), g.get("name"), (g.get("mig_mode") or {}).get("current"),
+            (g.get("mig_mode") or {}).get("pending"), g.get("hint")))
+        return "%s: the MIG mode is still wrong after the reboot on %s. Not rebooting again." % (
+            host, gpus or "no GPU")
     gpus = _gpus(mode, lambda g: "GPU %s (%s, %s needed: %s)" % (
         g.get("index"), g.get("name"), g.get("action_required"), g.get("hint")))
     if rebooted:
@@ -32,14 +41,6 @@ def mode_still_pending(host: str, mode: Mapping[str, Any], rebooted: bool, reboo
     else:
         then = "A reboot would apply it."
     return "%s: the MIG mode is still pending on %s. %s" % (host, gpus or "no GPU", then)
-
-
-def mode_wrong_after_reboot(host: str, mode: Mapping[str, Any]) -> str:
-    """The reboot did not bring the MIG mode."""
-    gpus = _gpus(mode, lambda g: "GPU %s (%s: current %s, pending %s; %s)" % (
-        g.get("index"), g.get("name"), (g.get("mig_mode") or {}).get("current"), (g.get("mig_mode") or {}).get("pending"),
-        g.get("hint")))
-    return "%s: the MIG mode is still wrong after the reboot on %s. Not rebooting again." % (host, gpus or "no GPU")
 
 
 def reconfigure_failed(host: str, step: str | None, result: Any, reboot_in_progress: bool,

@@ -137,7 +137,7 @@ def _fall_back(mode: str, info: Mapping[str, Any], path: str = "reconfigure") ->
 
 
 def drain_plan(pods: Sequence[Mapping[str, Any]] | None, setting: Any, info: Mapping[str, Any] | None,
-               gpu_pods_only: bool, evict_label: str | None) -> dict[str, Any]:
+               gpu_pods_only: bool, evict_label: str | None, host: str = "") -> dict[str, Any]:
     """Which of the node's pods this change evicts, and why, as decided inside the cordoned window.
 
     pods: the node's pods. setting: mig_node_drain, or the preview's drain ({"mode", "why"}: a
@@ -148,7 +148,17 @@ def drain_plan(pods: Sequence[Mapping[str, Any]] | None, setting: Any, info: Map
     `devices` evicts exactly the pods info names, plus any GPU pod the pod map does not show (a pod bound
     but not yet given its devices: which device it gets is unknown). Where the pod map could not be read,
     or the change reboots the node, it falls back to the whole-node drain and says why.
-    Returns {"mode", "why", "evict": [patches for pods_to_evict's label], "pods": [{"pod", "reasons"}]}."""
+    host: the name the log line starts with.
+    Returns {"mode", "why", "evict": [patches for pods_to_evict's label],
+    "pods": [{"pod", "reasons"}], "text": one line for the log}."""
+    plan = _drain_plan(pods, setting, info, gpu_pods_only, evict_label)
+    plan["text"] = _plan_text(plan, host)
+    return plan
+
+
+def _drain_plan(pods: Sequence[Mapping[str, Any]] | None, setting: Any,
+                info: Mapping[str, Any] | None, gpu_pods_only: bool,
+                evict_label: str | None) -> dict[str, Any]:
     info = info or {}
     evictions = info.get("evictions") or {}
     preview = setting if isinstance(setting, Mapping) else {"mode": setting}
@@ -228,14 +238,17 @@ def drain_preview(setting: Any, info: Mapping[str, Any] | None, path: str = "rec
     return {"mode": mode, "why": why, "pods": pods, "text": text}
 
 
-def drain_plan_text(plan: Mapping[str, Any], host: str) -> str:
+def _plan_text(plan: Mapping[str, Any], host: str) -> str:
     """One line for the log: which pods leave the node and why (drain_plan's result)."""
-    plan = plan or {}
     pods = plan.get("pods") or []
     named = ", ".join("%s (%s)" % (p["pod"], ", ".join(sorted({r.get("reason") for r in p.get("reasons") or []})))
                       for p in pods)
-    if plan.get("mode") == "devices":
-        return "%s: %s" % (host, "evicting %s; every other pod runs on with its devices" % named if pods
-                           else "no pod holds a MIG device that goes: nothing is evicted")
-    why = " (%s)" % plan["why"] if plan.get("why") else ""
-    return "%s: whole-node drain%s: %s" % (host, why, "evicting " + named if pods else "no pod to evict")
+    if plan.get("mode") == "none":
+        line = "no drain (mig_node_drain is none)"
+    elif plan.get("mode") == "devices":
+        line = ("evicting %s; every other pod runs on with its devices" % named if pods
+                else "no pod holds a MIG device that goes: nothing is evicted")
+    else:
+        why = " (%s)" % plan["why"] if plan.get("why") else ""
+        line = "whole-node drain%s: %s" % (why, "evicting " + named if pods else "no pod to evict")
+    return "%s: %s" % (host, line) if host else line

@@ -61,13 +61,6 @@ def _seconds_since(started):
     return round((now - begin).total_seconds(), 1)
 
 
-def batch_stops(failed: int, size: int, max_fail_percentage: float | str | None = 0) -> bool:
-    """Whether Ansible ends the playbook after a batch of `size` nodes of which `failed` failed (unreachable
-    ones included): more than max_fail_percentage of the batch, or all of it, whatever the tolerance."""
-    failed, size = int(failed), int(size)
-    return failed > 0 and (failed * 100 > float(max_fail_percentage or 0) * size or failed == size)
-
-
 PREVIEW_FAILURE_POLICIES = ("stop", "skip")
 
 

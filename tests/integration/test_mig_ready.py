@@ -7,6 +7,7 @@ Nodes join as an autoscaler would add them: registered with the startup taint an
 nvidia.com/mig.config label, GPU pods already waiting for them.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -25,6 +26,7 @@ from tests.support.simhost import nvml_on
 pytestmark = pytest.mark.playbook
 
 BIN = os.path.dirname(os.path.abspath(__import__("sys").executable))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TAINT = {"key": "gpuops.mig/not-ready", "effect": "NoSchedule"}
 MIG_1G = "nvidia.com/mig-1g.10gb"
 CONDITION = "gpuops.mig/MIGReady"
@@ -247,3 +249,27 @@ def test_a_joining_node_takes_gpu_pods_only_once_its_layout_is_advertised_a_fail
         and r.resource.get("subresource") != "status"
     ]
     assert gate_requests == [], "the gate wrote gpu-bad's taints: %s" % gate_requests
+
+
+def test_a_taint_kubernetes_would_refuse_stops_the_gate_before_any_write(
+        kube_api, kube_env, tmp_path):
+    """The verdict (filter gpuops.mig.mig_ready) refuses the taint, naming the variable; the gate
+    only read the Nodes."""
+    kube_api.seed(seed.node("gpu-new", {"pool": "h100-1g"}, taints=[TAINT]))
+    env = dict(kube_env, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
+               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "collections"))
+    local = "localhost ansible_connection=local ansible_python_interpreter=%s" % os.path.join(
+        BIN, "python")
+    (tmp_path / "hosts").write_text(local + "\n")
+    extra = {"gpuops_mig_ready_taint": "gpuops.mig/not-ready:NoRun",
+             "gpuops_mig_ready_pools": POOLS}
+    proc = subprocess.run(
+        [os.path.join(BIN, "ansible-playbook"), "-i", str(tmp_path / "hosts"),
+         "-e", json.dumps(extra), os.path.join(REPO, "playbooks", "mig_ready.yml")],
+        env=env, capture_output=True, text=True, timeout=300, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "Decide for each held node" in out and "gpuops_mig_ready_taint" in out, out
+    assert "a taint's effect is one of NoSchedule" in out, out
+    assert [r for r in kube_api.requests if r.method != "GET"] == []
+    assert kube_api.get("Node", "gpu-new")["spec"]["taints"][0]["key"] == TAINT["key"]

@@ -273,15 +273,16 @@ def test_an_empty_report_is_a_header():
 
 def test_the_filters():
     filters = FilterModule().filters()
-    report = filters["mig_fleet_report"]({"h1": facts(gpu())}, {"h1": declared("all-1g")}, [node("h1")], PLAN)
-    assert report == r.fleet_report({"h1": facts(gpu())}, {"h1": declared("all-1g")}, [node("h1")], PLAN)
-    assert filters["mig_fleet_report_table"](report) == r.table(report)
-    assert filters["mig_fleet_report"].__name__ == "fleet_report"
+    out = filters["mig_fleet_report"]({"h1": facts(gpu())}, {"h1": declared("all-1g")}, [node("h1")], PLAN)
+    report = r.fleet_report({"h1": facts(gpu())}, {"h1": declared("all-1g")}, [node("h1")], PLAN)
+    assert out == {"report": report, "table": r.table(report)}
+    assert filters["mig_fleet_report"].__name__ == "report_and_table"
+    assert "mig_fleet_report_table" not in filters
 
 
 def test_the_filters_turn_bad_input_into_filter_errors():
     filters = FilterModule().filters()
     with pytest.raises(AnsibleFilterError, match="nodes must be a list"):
         filters["mig_fleet_report"]({"h1": None}, None, "gpu-1")
-    with pytest.raises(AnsibleFilterError, match="the report must be a dict"):
-        filters["mig_fleet_report_table"]("report")
+    with pytest.raises(AnsibleFilterError, match="the facts by host must be a dict"):
+        filters["mig_fleet_report"]("report")

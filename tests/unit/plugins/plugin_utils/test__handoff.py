@@ -242,6 +242,11 @@ def test_withdrawn_once_the_nodes_slices_are_gone():
     assert h.withdrawn([], "nvidia-dra", "gpu-1")["ok"] is True
     assert h.withdrawn([slice_([device("mig", parent="GPU-a")])], "nvidia-dra", "gpu-1")["ok"] is False
     assert h.withdrawn([slice_([device("mig", parent="GPU-a")], node_name="gpu-2")], "nvidia-dra", "gpu-1")["ok"]
+    left = [slice_([device("mig", parent="GPU-a")])]
+    gone = h.published(left, "nvidia-dra", None, "gpu-1", gone=True)
+    assert gone == h.withdrawn(left, "nvidia-dra", "gpu-1")
+    assert h.published([], "nvidia-dra", None, "gpu-1", gone=True)["ok"] is True
+    assert h.published(left, "hami", None, "gpu-1", gone=True)["ok"] is True
 
 
 # -- HAMi's per-node config ------------------------------------------------------------------

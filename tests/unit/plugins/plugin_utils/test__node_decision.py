@@ -474,7 +474,7 @@ def test_a_node_with_no_layout_to_apply_is_left_alone():
 def test_mig_manager_run_from_the_state_label(state, in_flight, finished):
     run = d.mig_manager_run(node({d.LABEL_STATE: state} if state else {}))
     assert run == {"state": state or "", "in_flight": in_flight, "finished": finished, "settled": not in_flight,
-                   "restart_helps": state in ("pending", None)}
+                   "restart_helps": state in ("pending", None), "paused_operands": {}}
 
 
 def test_a_mig_manager_run_in_flight_is_in_the_decision():
@@ -510,6 +510,10 @@ def test_paused_operands_are_what_a_failed_run_left_paused():
     assert d.paused_operands(node(labels)) == {d.LABEL_DEPLOY + "client": "true", d.LABEL_DEPLOY + "dcgm": "true",
                                                d.LABEL_DEPLOY + "device-plugin": "true"}
     assert d.paused_operands(node()) == {}
+    failed = d.mig_manager_run(node(dict(labels, **{d.LABEL_STATE: "failed"})))
+    assert failed["paused_operands"] == d.paused_operands(node(labels))
+    success = d.mig_manager_run(node(dict(labels, **{d.LABEL_STATE: "success"})))
+    assert success["paused_operands"] == {}
 
 
 @pytest.mark.parametrize("env, mode, reboots", [

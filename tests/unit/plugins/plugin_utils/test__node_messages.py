@@ -19,10 +19,12 @@ def test_mode_still_pending_names_each_gpu_and_what_to_do():
     assert m.mode_still_pending("box", {}, False, True) == "box: the MIG mode is still pending on no GPU. A reboot would apply it."
 
 
-def test_mode_wrong_after_reboot():
-    assert m.mode_wrong_after_reboot("box", MODE) == (
+def test_mode_still_pending_after_the_reboot_says_each_gpus_mode():
+    assert m.mode_still_pending("box", MODE, after_reboot=True) == (
         "box: the MIG mode is still wrong after the reboot on GPU 0 (NVIDIA A30: current disabled, pending enabled; "
         "a reset is refused in a VM); GPU 2 (NVIDIA A30: current 0, pending 1; idle). Not rebooting again.")
+    assert m.mode_still_pending("box", {}, True, False, True) == (
+        "box: the MIG mode is still wrong after the reboot on no GPU. Not rebooting again.")
 
 
 def test_reconfigure_failed_says_what_was_put_back():

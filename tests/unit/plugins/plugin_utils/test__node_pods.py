@@ -118,7 +118,9 @@ def test_devices_falls_back_to_the_whole_node_drain_and_says_why():
     out = pods.drain_plan(WINDOW_PODS, "devices", reboot, False, "x")
     assert out["why"] == "the change reboots the node" and "web" in names(out["evict"])
     assert pods.drain_plan(WINDOW_PODS, "node", INFO, True, "x")["why"] == ""
-    assert pods.drain_plan(WINDOW_PODS, False, INFO, True, "x") == {"mode": "none", "why": "", "evict": [], "pods": []}
+    assert pods.drain_plan(WINDOW_PODS, False, INFO, True, "x") == {
+        "mode": "none", "why": "", "evict": [], "pods": [],
+        "text": "no drain (mig_node_drain is none)"}
 
 
 def test_a_whole_node_drain_the_preview_chose_keeps_the_previews_reason():
@@ -147,13 +149,19 @@ def test_kept_pods_must_run_on_with_their_devices():
 
 
 def test_the_drain_plan_in_words():
-    plan = pods.drain_plan(WINDOW_PODS, "devices", INFO, False, "x")
-    assert pods.drain_plan_text(plan, "n1") == ("n1: evicting ml/b (device destroyed), ml/fresh (device unknown); "
-                                                "every other pod runs on with its devices")
-    assert pods.drain_plan_text({"mode": "devices", "pods": []}, "n1") == (
+    plan = pods.drain_plan(WINDOW_PODS, "devices", INFO, False, "x", "n1")
+    assert plan["text"] == ("n1: evicting ml/b (device destroyed), ml/fresh (device unknown); "
+                            "every other pod runs on with its devices")
+    idle = dict(INFO, evictions={"pods": [], "drain_node": False})
+    assert pods.drain_plan(WINDOW_PODS[:3], "devices", idle, False, "x", "n1")["text"] == (
         "n1: no pod holds a MIG device that goes: nothing is evicted")
-    assert pods.drain_plan_text({"mode": "node", "why": "the change reboots the node", "pods": []}, "n1") == (
+    reboot = dict(INFO, evictions={"pods": [], "drain_node": True})
+    assert pods.drain_plan([], "devices", reboot, False, "x", "n1")["text"] == (
         "n1: whole-node drain (the change reboots the node): no pod to evict")
+    assert pods.drain_plan([], "none", INFO, False, "x", "n1")["text"] == (
+        "n1: no drain (mig_node_drain is none)")
+    assert pods.drain_plan([], "devices", reboot, False, "x")["text"] == (
+        "whole-node drain (the change reboots the node): no pod to evict")
 
 
 def test_the_preview_says_which_pods_go_or_why_the_whole_node_drains():

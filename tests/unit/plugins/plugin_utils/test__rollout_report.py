@@ -1,9 +1,14 @@
 """The rollout's per-node report and fleet summary (plugins/plugin_utils/_rollout_report.py)."""
 
+import os
+
+import jinja2
 import pytest
+import yaml
 
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _rollout_report as r
 
+SITE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "playbooks", "site.yml")
 CONVERGED = {"path": "converged"}
 RECONFIGURE = {"path": "reconfigure"}
 
@@ -76,9 +81,21 @@ def test_summary_converged_by_preview_alone_and_nodes_not_reached():
     (1, 2, 50, False),      # exactly the tolerance: Ansible stops only beyond it
     (1, 1, 100, True),      # the whole batch failed: the playbook ends whatever the tolerance
     ("2", "4", "49.5", True),   # survey answers arrive as strings
+    (1, 3, None, True),     # no tolerance set
+    (1, 3, "", True),
 ])
-def test_batch_stops_follows_ansibles_rule(failed, size, tolerance, stops):
-    assert r.batch_stops(failed, size, tolerance) is stops
+def test_site_yml_summarizes_as_ansible_stops_a_batch(failed, size, tolerance, stops):
+    """site.yml's condition for the summary as the rollout stops, evaluated as Jinja."""
+    with open(SITE) as f:
+        plays = yaml.safe_load(f)
+    task = [t for play in plays for t in play.get("tasks") or ()
+            if t.get("name") == "Summarize the rollout as it stops, and release the fleet"][0]
+    env = jinja2.Environment()
+    tolerance_vars = {"gpuops_mig_max_fail_percentage": tolerance}
+    template = task["vars"]["__tolerance"]
+    names = {"__failed": failed, "__size": size,
+             "__tolerance": env.from_string(template).render(tolerance_vars)}
+    assert env.compile_expression(task["when"])(**names) is stops
 
 
 def test_preview_failure_stop_or_skip():
