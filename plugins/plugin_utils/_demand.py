@@ -329,6 +329,27 @@ def watch_settings(args: Mapping[str, Any]) -> dict[str, Any]:
     return {"reconnect_max_seconds": reconnect, "watch_timeout_seconds": whole}
 
 
+class Handoff(object):
+    """What an event source's watch threads see, handed to its event loop: ``deliver(*item)``, from
+    any thread, puts ``item`` on the asyncio ``inbox`` of ``loop``. Once ``stop`` is set (the
+    source was cancelled) or the loop is closed, an item is dropped and False returned: a watch
+    still open when ansible-rulebook stops the source may end or fail afterwards, and its thread
+    must end quietly, not die with "Event loop is closed"."""
+
+    def __init__(self, loop: Any, inbox: Any, stop: Any) -> None:
+        self.loop, self.inbox, self.stop = loop, inbox, stop
+
+    def __call__(self, *item: Any) -> bool:
+        if self.stop.is_set():
+            return False
+        try:
+            self.loop.call_soon_threadsafe(self.inbox.put_nowait, item)
+        except RuntimeError:    # the loop is closed: the source has ended
+            self.stop.set()
+            return False
+        return True
+
+
 class Backoff(object):
     """Seconds to wait before reconnecting: doubling from ``first`` up to ``most``, reset after a success."""
 

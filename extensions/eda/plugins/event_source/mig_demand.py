@@ -246,8 +246,7 @@ async def main(queue, args):
     inbox = asyncio.Queue()
     stop = threading.Event()
 
-    def deliver(kind, what, payload):
-        loop.call_soon_threadsafe(inbox.put_nowait, (kind, what, payload))
+    deliver = demand.Handoff(loop, inbox, stop)   # nothing once the source is stopped
 
     for kind, api in kinds.items():
         threading.Thread(target=_watch, args=(kind, api, args, deliver, stop), name="mig-demand-watch-" + kind,

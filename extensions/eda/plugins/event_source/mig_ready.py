@@ -170,8 +170,7 @@ async def main(queue, args):
     inbox = asyncio.Queue()
     stop = threading.Event()
 
-    def deliver(what, payload):
-        loop.call_soon_threadsafe(inbox.put_nowait, (what, payload))
+    deliver = demand.Handoff(loop, inbox, stop)   # nothing once the source is stopped
 
     threading.Thread(
         target=_watch, args=(args, deliver, stop), name="mig-ready-watch", daemon=True

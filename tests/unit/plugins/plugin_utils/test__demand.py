@@ -196,6 +196,32 @@ def test_backoff_doubles_up_to_its_limit_and_resets():
     assert backoff.failed() == 1
 
 
+def test_handoff_delivers_until_the_source_stops_then_drops_quietly():
+    """A watch that ends or fails after ansible-rulebook stopped the source (seen on a real API
+    server, whose watches stay open) had its thread die with "Event loop is closed"."""
+    import asyncio
+    import threading
+
+    stop = threading.Event()
+
+    async def run():
+        inbox = asyncio.Queue()
+        handoff = d.Handoff(asyncio.get_running_loop(), inbox, stop)
+        sent = []
+        thread = threading.Thread(target=lambda: sent.append(handoff("pods", "listed", [])))
+        thread.start()
+        thread.join()
+        return handoff, await asyncio.wait_for(inbox.get(), 5), sent
+
+    handoff, item, sent = asyncio.run(run())
+    assert item == ("pods", "listed", []) and sent == [True]
+    assert handoff("pods", "error", "cut") is False     # the loop is closed: dropped, no raise
+    assert stop.is_set()                                # and the watch thread told to end
+    stopped = threading.Event()
+    stopped.set()
+    assert d.Handoff(None, None, stopped)("x") is False   # stopped: not even tried
+
+
 # ----- ResourceClaims and Kueue Workloads beside pods (one demand) -----------------------------------------
 
 MIG_7G = "nvidia.com/mig-7g.999gb"
