@@ -23,6 +23,7 @@ import sys
 import pytest
 
 from tests.support.controlplane.cluster import TestCluster
+from tests.support.controlplane.faultproxy import FaultProxy
 from tests.support.controlplane.launcher import ControlPlane
 from tests.support.controlplane.standins import StandIns
 from tests.support.kubeapi import KubeAPI
@@ -109,6 +110,24 @@ def cluster_env(cluster, tmp_path):
     kubeconfig = cluster.service_account_kubeconfig(tmp_path / "rollout.kubeconfig", "rollout",
                                                     ROLLOUT_RBAC)
     return client_env(kubeconfig, tmp_path, cluster.control_plane.bin_dir)
+
+
+@pytest.fixture
+def demand_kubeconfig(cluster, tmp_path):
+    """A kubeconfig of a ServiceAccount bound to exactly what rbac/demand.yml grants the event
+    source gpuops.mig.mig_demand (docs/rbac.md)."""
+    return cluster.service_account_kubeconfig(tmp_path / "demand.kubeconfig", "demand",
+                                              [os.path.join(RBAC, "demand.yml")],
+                                              namespace="default")
+
+
+@pytest.fixture
+def fault_proxy(cluster):
+    """A started FaultProxy (tests/support/controlplane/faultproxy.py) in front of the cluster's
+    API server: `fault_proxy.kubeconfig_from(kubeconfig, path)` routes a client through it."""
+    proxy = FaultProxy.for_cluster(cluster).start()
+    yield proxy
+    proxy.stop()
 
 
 @pytest.fixture

@@ -5,15 +5,9 @@ real test cluster, as the rollout's ServiceAccount: the faults come from a small
 front of kube-apiserver (it serves the API server's own certificate and passes the bearer token
 on, so the server authenticates and authorizes every request as it would)."""
 
-import http.client
-import http.server
-import ssl
-import threading
 import time
-import urllib.parse
 
 import pytest
-import yaml
 
 from test_roles import STATE, Fleet
 
@@ -22,95 +16,16 @@ pytestmark = pytest.mark.playbook
 LAYOUT = [{"gpus": "all", "devices": {"2g.12gb": 2}}]
 FAST = {"mig_node_validate_delay": "1", "mig_node_drain_retry_delay": "1"}
 LAST_ERROR = "gpuops.mig/last-error"
-STATUS_500 = (
-    b'{"kind":"Status","apiVersion":"v1","status":"Failure","message":"injected outage",'
-    b'"reason":"InternalError","code":500}'
-)
-
-
-class Proxy(http.server.ThreadingHTTPServer):
-    """Forwards every request to `upstream`; while fault() says "500" answers 500 instead, while it
-    says "hang" holds the request."""
-
-    daemon_threads = True
-
-    def __init__(self, upstream, cert, key, ca):
-        super().__init__(("127.0.0.1", 0), Forward)
-        self.upstream = urllib.parse.urlsplit(upstream)
-        self.mode, self.until = None, 0.0
-        self.faulted = 0
-        serving = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        serving.load_cert_chain(cert, key)
-        self.socket = serving.wrap_socket(self.socket, server_side=True)
-        self.client_context = ssl.create_default_context(cafile=ca)
-
-    def fail_for(self, mode, seconds):
-        self.mode, self.until = mode, time.monotonic() + seconds
-
-    def fault(self):
-        return self.mode if time.monotonic() < self.until else None
-
-
-class Forward(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def handle_one(self):
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else None
-        proxy = self.server
-        while proxy.fault() == "hang":
-            time.sleep(0.2)
-        if proxy.fault() == "500":
-            proxy.faulted += 1
-            self.send_response(500)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(STATUS_500)))
-            self.end_headers()
-            self.wfile.write(STATUS_500)
-            return
-        upstream = http.client.HTTPSConnection(
-            proxy.upstream.hostname, proxy.upstream.port, timeout=600,
-            context=proxy.client_context)
-        headers = dict(
-            (k, v) for k, v in self.headers.items() if k.lower() not in ("host", "connection")
-        )
-        upstream.request(self.command, self.path, body=body, headers=headers)
-        answer = upstream.getresponse()
-        self.send_response(answer.status)
-        for key, value in answer.getheaders():
-            if key.lower() not in ("transfer-encoding", "connection", "content-length"):
-                self.send_header(key, value)
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        while True:
-            chunk = answer.read1(65536)
-            if not chunk:
-                break
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-            self.wfile.flush()
-        self.wfile.write(b"0\r\n\r\n")
-        upstream.close()
-
-    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = handle_one
-
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture
-def proxy(cluster, cluster_env, tmp_path):
-    plane = cluster.control_plane
-    server = Proxy(plane.url, plane.pki["apiserver.crt"], plane.pki["apiserver.key"],
-                   plane.pki["ca.crt"])
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    with open(cluster_env["KUBECONFIG"]) as handle:
-        config = yaml.safe_load(handle)
-    config["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:%d" % server.server_address[1]
-    server.kubeconfig = str(tmp_path / "kubeconfig-proxy")
-    with open(server.kubeconfig, "w") as handle:
-        yaml.safe_dump(config, handle)
-    yield server
-    server.shutdown()
+def proxy(fault_proxy, cluster_env, tmp_path):
+    """The fault proxy (tests/support/controlplane/faultproxy.py), with `kubeconfig`: the
+    rollout's ServiceAccount through it."""
+    fault_proxy.kubeconfig = fault_proxy.kubeconfig_from(
+        cluster_env["KUBECONFIG"], tmp_path / "kubeconfig-proxy"
+    )
+    return fault_proxy
 
 
 def when_pending(cluster, node, action):
