@@ -53,7 +53,25 @@ def operator_fleet(tmp_path, kube_api, kube_env, models=("1xH100-SXM5-80GB", "1x
                                      config=LAYOUTS if config_name else None, device_plugin=device_plugin,
                                      env=operator_env))
     migmanager.wait_idle(kube_api)
+    if hasattr(kube_api, "stand_ins"):
+        # The real control plane: the operands' pods come from kube-controller-manager's
+        # DaemonSet controller and kwok, after the operator made the DaemonSets; a rollout that
+        # looked before mig-manager ran on the node would take the node over instead.
+        kube_api.wait_for(lambda: operands_ready(kube_api), "the GPU Operator's operands to run")
+        migmanager.wait_idle(kube_api)
     return fleet
+
+
+def operands_ready(cluster, namespace="gpu-operator"):
+    """Every DaemonSet of the operator's namespace has its pods, current and ready."""
+    daemonsets = cluster.list("DaemonSet", namespace)
+    counts = [(ds.get("status") or {}) for ds in daemonsets]
+    return daemonsets and all(
+        status.get("observedGeneration", 0) >= ds["metadata"]["generation"]
+        and (status.get("numberReady") or 0) == (status.get("desiredNumberScheduled") or 0)
+        and (status.get("updatedNumberScheduled") or 0)
+        == (status.get("desiredNumberScheduled") or 0)
+        for ds, status in zip(daemonsets, counts))
 
 
 def profiles(fleet, name):

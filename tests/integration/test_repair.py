@@ -26,8 +26,8 @@ def record(**parts):
                             "services": [], "operands": {}, "device_plugin": False}, **parts), sort_keys=True)
 
 
-def test_a_converged_node_left_owing_is_repaired_first(kube_api, kube_env, tmp_path):
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+def test_a_converged_node_left_owing_is_repaired_first(cluster, cluster_env, tmp_path):
+    fleet = Fleet(tmp_path, cluster, cluster_env)
     node = fleet.add("node-a", "1xA30-24GB", node_labels={DCGM_EXPORTER: "true"}, mig_node_layouts=LAYOUT)
     box = fleet.add("box-b", "1xA30-24GB", kubernetes=False, mig_node_layouts=LAYOUT)
     for state in (node, box):
@@ -38,7 +38,7 @@ def test_a_converged_node_left_owing_is_repaired_first(kube_api, kube_env, tmp_p
     # What a run killed after pausing the clients and changing the GPUs leaves behind.
     for state in (node, box):
         sim.set_host(state, remove_clients=["nvidia-dcgm"])
-    kube_api.patch("Node", "node-a", {"metadata": {
+    cluster.patch("Node", "node-a", {"metadata": {
         "labels": {DCGM_EXPORTER: PAUSED},
         "annotations": {"gpuops.mig/owed": record(services=["nvidia-dcgm.service"], operands={DCGM_EXPORTER: "true"},
                                                   device_plugin=True)}}})
@@ -47,7 +47,7 @@ def test_a_converged_node_left_owing_is_repaired_first(kube_api, kube_env, tmp_p
     with open(owed_file, "w") as handle:
         handle.write(record(services=["nvidia-dcgm.service"]))
     # ... and its hold on the node, no longer renewed.
-    kube_api.seed(
+    cluster.seed(
         {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -64,7 +64,7 @@ def test_a_converged_node_left_owing_is_repaired_first(kube_api, kube_env, tmp_p
             },
         }
     )
-    plugin = [p["metadata"]["uid"] for p in kube_api.list("Pod", "nvidia-device-plugin")
+    plugin = [p["metadata"]["uid"] for p in cluster.list("Pod", "nvidia-device-plugin")
               if p["spec"].get("nodeName") == "node-a"]
 
     proc = fleet.run("playbooks/site.yml", FAST)
@@ -73,15 +73,18 @@ def test_a_converged_node_left_owing_is_repaired_first(kube_api, kube_env, tmp_p
     assert "run 20261125T080000Z-dead, interrupted, left host services stopped (nvidia-dcgm.service)" in out
     for state in (node, box):
         assert sim.load_state(state)["host"]["clients"] == ["nvidia-dcgm"]
-    labels = kube_api.get("Node", "node-a")["metadata"]
+    labels = cluster.get("Node", "node-a")["metadata"]
     assert labels["labels"][DCGM_EXPORTER] == "true" and labels["labels"][STATE] == "success"
     assert "gpuops.mig/owed" not in (labels.get("annotations") or {})
     assert not os.path.exists(owed_file)
-    # Taken over, then released: kept, naming no holder (the fleet's too).
-    assert [lease["spec"]["holderIdentity"] for lease in kube_api.list("Lease")] == ["", ""]
+    # Taken over, then released: kept, naming no holder (the fleet's too). The collection's
+    # Leases only: kwok renews each node's in kube-node-lease, the controllers theirs in
+    # kube-system.
+    holders = [lease["spec"]["holderIdentity"] for lease in cluster.list("Lease", "default")]
+    assert holders == ["", ""]
     assert "took the lease over from gpuops.mig run 20261125T080000Z-dead on ctl" in out
     # The device plugin owed its restart: a new pod.
-    assert [p["metadata"]["uid"] for p in kube_api.list("Pod", "nvidia-device-plugin")
+    assert [p["metadata"]["uid"] for p in cluster.list("Pod", "nvidia-device-plugin")
             if p["spec"].get("nodeName") == "node-a"] != plugin
     rows = dict(re.findall(r'"(node-a|box-b) +(\w+) +converged ', out))
     assert rows == {"node-a": "repaired", "box-b": "repaired"}, out[-3000:]
@@ -90,10 +93,11 @@ def test_a_converged_node_left_owing_is_repaired_first(kube_api, kube_env, tmp_p
     assert again.returncode == 0 and "repaired" not in again.stdout and "interrupted" not in again.stdout
 
 
-def test_a_record_gpuops_did_not_write_stops_the_node(kube_api, kube_env, tmp_path):
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+def test_a_record_gpuops_did_not_write_stops_the_node(cluster, cluster_env, tmp_path):
+    fleet = Fleet(tmp_path, cluster, cluster_env)
     fleet.add("node-a", "1xA30-24GB", mig_node_layouts=LAYOUT)
-    kube_api.patch("Node", "node-a", {"metadata": {"annotations": {"gpuops.mig/owed": "{\"services\": \"all\"}"}}})
+    cluster.patch("Node", "node-a",
+                  {"metadata": {"annotations": {"gpuops.mig/owed": "{\"services\": \"all\"}"}}})
     proc = fleet.run("playbooks/site.yml", FAST)
     assert proc.returncode != 0
     assert "node-a: the annotation gpuops.mig/owed is not a record gpuops.mig wrote" in proc.stdout
@@ -128,30 +132,30 @@ FORGED = {
     ],
 )
 def test_a_forged_record_is_refused_and_nothing_in_it_runs(
-    kube_api, kube_env, tmp_path, forged, lease_run, refused
+    cluster, cluster_env, tmp_path, forged, lease_run, refused
 ):
     """Anyone who may patch a Node (its kubelet too) can write gpuops.mig/owed: a record that asks
     for a service outside mig_node_gpu_clients, a label outside the paused operand labels, or that
     names a run the node's Lease never named, refuses the node; nothing it names is started or
     labelled."""
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet = Fleet(tmp_path, cluster, cluster_env)
     node = fleet.add("node-a", "1xA30-24GB", mig_node_layouts=LAYOUT)
     sim.set_host(node, add_clients=["nvidia-dcgm"])
     assert fleet.run("playbooks/site.yml", FAST).returncode == 0
     sim.set_host(node, remove_clients=["nvidia-dcgm"])
-    kube_api.patch(
+    cluster.patch(
         "Node", "node-a", {"metadata": {"annotations": {"gpuops.mig/owed": record(**forged)}}}
     )
     if lease_run:
-        kube_api.patch(
+        cluster.patch(
             "Lease",
             "gpuops-mig-node-a",
             {"metadata": {"annotations": {"gpuops.mig/lease-run-id": lease_run}}},
             namespace="default",
         )
     else:
-        kube_api.delete("Lease", "gpuops-mig-node-a", namespace="default")
-    before = json.dumps(kube_api.get("Node", "node-a")["metadata"]["labels"], sort_keys=True)
+        cluster.delete("Lease", "gpuops-mig-node-a", namespace="default")
+    before = json.dumps(cluster.get("Node", "node-a")["metadata"]["labels"], sort_keys=True)
 
     proc = fleet.run("playbooks/site.yml", FAST)
     assert proc.returncode != 0
@@ -161,6 +165,6 @@ def test_a_forged_record_is_refused_and_nothing_in_it_runs(
     )
     assert refused in proc.stdout, proc.stdout[-3000:]
     assert sim.load_state(node)["host"]["clients"] == []  # nvidia-dcgm not started either
-    after = kube_api.get("Node", "node-a")["metadata"]
+    after = cluster.get("Node", "node-a")["metadata"]
     assert json.dumps(after["labels"], sort_keys=True) == before
     assert "gpuops.mig/owed" in after["annotations"]  # left for a person

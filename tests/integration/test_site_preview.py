@@ -31,8 +31,8 @@ def busy_3g(state):
     return proc
 
 
-def test_typo_skip_and_force(kube_api, kube_env, tmp_path):
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+def test_typo_skip_and_force(cluster, cluster_env, tmp_path):
+    fleet = Fleet(tmp_path, cluster, cluster_env)
     busy = fleet.add("gpu-busy", "1xH100-SXM5-80GB", mig_node_layouts=SEVEN_1G)
     proc = busy_3g(busy)
     fleet.add("gpu-free", "1xH100-SXM5-80GB", mig_node_layouts=SEVEN_1G)
@@ -52,7 +52,7 @@ def test_typo_skip_and_force(kube_api, kube_env, tmp_path):
         skipped = fleet.run("playbooks/site.yml", dict(fast, gpuops_mig_preview_failure="skip"))
         assert skipped.returncode == 0, output(skipped)
         assert fleet.digest("gpu-busy") == before["gpu-busy"]
-        assert not kube_api.get("Node", "gpu-busy")["spec"].get("unschedulable")
+        assert not cluster.get("Node", "gpu-busy")["spec"].get("unschedulable")
         assert fleet.devices("gpu-free") == {0: {"1g.10gb": 7}}
         assert "1 node(s) to change (gpu-free), 0 already converged. 1 skipped, left as they are (gpu-busy)." \
             in skipped.stdout, output(skipped)
@@ -74,39 +74,43 @@ def test_typo_skip_and_force(kube_api, kube_env, tmp_path):
             proc.kill()
 
 
-def test_a_mig_manager_run_in_flight_is_waited_out_before_the_label_changes(kube_api, kube_env, tmp_path):
-    fleet = operator_fleet(tmp_path, kube_api, kube_env, models=("1xH100-SXM5-80GB",))
+def test_a_mig_manager_run_in_flight_is_waited_out_before_the_label_changes(
+    cluster, cluster_env, tmp_path
+):
+    fleet = operator_fleet(tmp_path, cluster, cluster_env, models=("1xH100-SXM5-80GB",))
     # A run for layout-a in flight (pending) when the rollout to layout-b starts: it ends with its own
     # success after the collection could have patched the label. Runs take a while (2 s a step), as real
     # ones do, so that the GPUs are checked before the run for layout-b could have made them right.
-    kube_api.patch("Node", "gpu-0", {"metadata": {"labels": {CONFIG: "layout-a"},
+    cluster.patch("Node", "gpu-0", {"metadata": {"labels": {CONFIG: "layout-a"},
                                                   "annotations": {migmanager.HOLD_ANNOTATION: "50",
                                                                   migmanager.DELAY_ANNOTATION: "2"}}})
     for _attempt in range(200):
-        if kube_api.get("Node", "gpu-0")["metadata"]["labels"].get(STATE) == "pending":
+        if cluster.get("Node", "gpu-0")["metadata"]["labels"].get(STATE) == "pending":
             break
         time.sleep(0.05)
-    assert kube_api.get("Node", "gpu-0")["metadata"]["labels"][STATE] == "pending"
+    assert cluster.get("Node", "gpu-0")["metadata"]["labels"][STATE] == "pending"
     site = fleet.run("playbooks/site.yml", dict(FAST, mig_node_config_name="layout-b"))
     assert site.returncode == 0, output(site)
     assert "once its run in flight (nvidia.com/mig.config.state=pending) has ended" in site.stdout, output(site)
     assert profiles(fleet, "gpu-0") == [9, 9]
-    migmanager.wait_idle(kube_api)
-    labels = kube_api.get("Node", "gpu-0")["metadata"]["labels"]
+    migmanager.wait_idle(cluster)
+    labels = cluster.get("Node", "gpu-0")["metadata"]["labels"]
     assert labels[CONFIG] == "layout-b" and labels[STATE] == "success"
     assert profiles(fleet, "gpu-0") == [9, 9]
 
 
-def test_a_clusterpolicy_without_mig_strategy_means_none(kube_api, kube_env, tmp_path):
-    fleet = operator_fleet(tmp_path, kube_api, kube_env, models=("1xH100-SXM5-80GB",), strategy=None)
-    plugin = kube_api.get("DaemonSet", "nvidia-device-plugin-daemonset", "gpu-operator")
+def test_a_clusterpolicy_without_mig_strategy_means_none(cluster, cluster_env, tmp_path):
+    fleet = operator_fleet(
+        tmp_path, cluster, cluster_env, models=("1xH100-SXM5-80GB",), strategy=None
+    )
+    plugin = cluster.get("DaemonSet", "nvidia-device-plugin-daemonset", "gpu-operator")
     assert "MIG_STRATEGY" not in [e["name"] for e in plugin["spec"]["template"]["spec"]["containers"][0]["env"]]
     # No strategy declared (the simulated fleet's group_vars declare mixed): the operator's counts.
     site = fleet.run("playbooks/site.yml", dict(FAST, mig_node_config_name="layout-b", gpuops_mig_strategy=""))
     assert site.returncode == 0, output(site)
     assert profiles(fleet, "gpu-0") == [9, 9]
     # The device plugin runs with none: the GPU is advertised whole, and validation expected just that.
-    allocatable = kube_api.get("Node", "gpu-0")["status"]["allocatable"]
+    allocatable = cluster.get("Node", "gpu-0")["status"]["allocatable"]
     assert allocatable["nvidia.com/gpu"] == "1" and "nvidia.com/mig-3g.40gb" not in allocatable
     refused = fleet.run("playbooks/site.yml", dict(FAST, mig_node_config_name="layout-a", gpuops_mig_strategy="mixed"))
     assert refused.returncode != 0
@@ -114,16 +118,18 @@ def test_a_clusterpolicy_without_mig_strategy_means_none(kube_api, kube_env, tmp
            "'none')" in refused.stdout, output(refused)
 
 
-def test_a_run_wedged_before_the_rollout_is_recovered_before_the_label_changes(kube_api, kube_env, tmp_path):
-    fleet = operator_fleet(tmp_path, kube_api, kube_env, models=("1xH100-SXM5-80GB",))
+def test_a_run_wedged_before_the_rollout_is_recovered_before_the_label_changes(
+    cluster, cluster_env, tmp_path
+):
+    fleet = operator_fleet(tmp_path, cluster, cluster_env, models=("1xH100-SXM5-80GB",))
     # An earlier run wedged at pending (gpu-operator issue 2833): no run is in flight, the state stays pending.
-    kube_api.patch("Node", "gpu-0", {"metadata": {"labels": {CONFIG: "layout-a"},
+    cluster.patch("Node", "gpu-0", {"metadata": {"labels": {CONFIG: "layout-a"},
                                                   "annotations": {migmanager.WEDGE_ANNOTATION: "once"}}})
-    migmanager.wait_idle(kube_api)
-    assert kube_api.get("Node", "gpu-0")["metadata"]["labels"][STATE] == "pending"
+    migmanager.wait_idle(cluster)
+    assert cluster.get("Node", "gpu-0")["metadata"]["labels"][STATE] == "pending"
     site = fleet.run("playbooks/site.yml", dict(FAST, mig_node_config_name="layout-b", mig_node_mig_manager_timeout="5"))
     assert site.returncode == 0, output(site)
     assert "Let its run end" in site.stdout, output(site)
     assert profiles(fleet, "gpu-0") == [9, 9]
-    labels = kube_api.get("Node", "gpu-0")["metadata"]["labels"]
+    labels = cluster.get("Node", "gpu-0")["metadata"]["labels"]
     assert labels[CONFIG] == "layout-b" and labels[STATE] == "success"

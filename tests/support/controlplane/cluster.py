@@ -58,6 +58,8 @@ RESET_KINDS = (
     "RoleBinding",
     "ControllerRevision",
 )
+# Kinds that own pods: deleted before the pods, so that they make no new ones.
+WORKLOAD_KINDS = ("DaemonSet", "Deployment", "ReplicaSet", "StatefulSet", "Job")
 _ONCE_PER_SESSION = {"ServiceAccount": {"default"}, "ConfigMap": {"kube-root-ca.crt"}}
 
 
@@ -260,6 +262,16 @@ class TestCluster(Client):
         period), waits until it is gone, and forgets hooks, request records and errors."""
         self._hooks.clear()
         self.errors.clear()
+        # Pods first, without their grace period: the owners' pods once the owners are gone (the
+        # garbage collector and the namespace controller delete pods with their 30 s grace, and
+        # kwok ends a Terminating pod at its deletionTimestamp).
+        for kind in WORKLOAD_KINDS:
+            for obj in self._new(kind):
+                meta = obj["metadata"]
+                self._quietly(
+                    lambda k=kind, m=meta: self.delete(k, m["name"], m.get("namespace"))
+                )
+        self._force_pods()
         new_namespaces = [
             name
             for name in (n["metadata"]["name"] for n in self.list("Namespace"))
@@ -296,13 +308,35 @@ class TestCluster(Client):
                 )
                 leftovers.append((kind, meta.get("namespace"), meta["name"]))
         self.wait_for(
-            lambda: all(self.find(k, n, ns) is None for k, ns, n in leftovers if k != "Event")
+            lambda: self._force_pods() is None
+            and all(self.find(k, n, ns) is None for k, ns, n in leftovers if k != "Event")
             and not any(self.find("Namespace", n) for n in new_namespaces),
             "the objects of the last test to be deleted",
             timeout=120,
             interval=0.25,
         )
         self._audit_offset = self._audit_size()
+
+    def _new(self, kind):
+        """The objects of `kind` made since the cluster started."""
+        try:
+            items = self.list(kind)
+        except ApiError:
+            return []
+        return [
+            o
+            for o in items
+            if (o["metadata"].get("namespace"), o["metadata"]["name"])
+            not in self._baseline.get(kind, ())
+        ]
+
+    def _force_pods(self):
+        """Deletes every pod made since the start at once (grace period 0), Terminating or not."""
+        for pod in self._new("Pod"):
+            meta = pod["metadata"]
+            self._quietly(
+                lambda m=meta: self.delete("Pod", m["name"], m.get("namespace"), grace_period=0)
+            )
 
     def _quietly(self, call):
         try:

@@ -108,6 +108,21 @@ class _Informer:
                 log.debug("watch of %s ended: %s; listing again", self.kind, exc)
                 stopping.wait(0.2)
 
+    def current(self) -> bool:
+        """Whether the cache holds every object of the kind as the API server holds it now (or a
+        newer write of ours)."""
+        try:
+            listed = self.client.list(self.kind)
+        except ApiError:
+            return not self.available  # a kind not served: current while the cache knows it
+        if not self.synced.is_set() or not self.available:
+            return False
+        now = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in listed}
+        cached = dict(self.objects)
+        return set(cached) <= set(now) and all(
+            key in cached and _rv(cached[key]) >= _rv(obj) for key, obj in now.items()
+        )
+
     def apply(self, event_type, obj):
         meta = obj.get("metadata") or {}
         key = (meta.get("namespace"), meta.get("name"))
@@ -280,6 +295,20 @@ class StandIns:
                 except Exception as exc:  # pylint: disable=broad-except
                     log.exception("stand-in %s failed", reconcile.__module__)
                     self.client.errors.append(exc)
+
+    def sync(self, timeout: float = 30.0) -> None:
+        """Returns once every informer's cache holds what the API server held at the call and a
+        pass has run over it: the stand-ins have started what they do about every change stored
+        before the call (the emulator's controllers run inside the write; these, after a watch)."""
+        deadline = time.monotonic() + timeout
+        for informer in self.informers.values():
+            while not informer.current():
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"the {informer.kind} cache is not current after {timeout} s"
+                    )
+                time.sleep(0.05)
+        self.run_once()
 
     def reset(self):
         """Forgets what the stand-ins remember (books, published plugins, mig-manager runs):

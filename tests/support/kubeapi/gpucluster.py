@@ -96,7 +96,7 @@ def operand_daemonset(gpu_cluster, name, selector, image, pod_labels):
                      "ownerReferences": owner},
         "spec": {
             "selector": {"matchLabels": {"app": pod_labels["app"]}},
-            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "1"}},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
             "template": {"metadata": {"labels": dict(pod_labels)}, "spec": {
                 "nodeSelector": {selector: "true"},
                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],

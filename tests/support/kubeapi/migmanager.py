@@ -192,8 +192,14 @@ def _manager(cluster) -> _Manager:
 
 
 def wait_idle(cluster, timeout: float = 60.0) -> None:
-    """Wait until no mig-manager run is queued or in progress; TimeoutError otherwise."""
+    """Wait until no mig-manager run is queued or in progress; TimeoutError otherwise. On the real
+    control plane (a TestCluster, whose stand-ins run from watches) the stand-ins first catch up
+    with every change stored before the call, so a label just written has started its run."""
     deadline = time.monotonic() + timeout
+    stand_ins = getattr(cluster, "stand_ins", None)
+    if stand_ins is not None:
+        stand_ins.sync(timeout)
+        cluster = stand_ins.view
     manager = _manager(cluster)
     while manager.busy():
         if time.monotonic() > deadline:

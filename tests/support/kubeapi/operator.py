@@ -229,6 +229,13 @@ def _sync_operands(cluster, policy):
                 (ds["metadata"]["name"] not in wanted or ds["metadata"]["namespace"] != namespace):
             cluster.delete("DaemonSet", ds["metadata"]["name"], ds["metadata"]["namespace"])
     for name, manifest in wanted.items():
+        # Each operand's ServiceAccount first, as the operator's state manifests make it: a real
+        # API server refuses the DaemonSet's pods without it.
+        account = manifest["spec"]["template"]["spec"]["serviceAccountName"]
+        if cluster.find("ServiceAccount", account, namespace) is None:
+            cluster.create({"apiVersion": "v1", "kind": "ServiceAccount",
+                            "metadata": {"name": account, "namespace": namespace,
+                                         "ownerReferences": _owner(policy)}})
         existing = cluster.find("DaemonSet", name, namespace)
         if existing is None:
             cluster.create(manifest)
@@ -306,7 +313,7 @@ def operand_daemonset(policy, name, selector, image, with_strategy):
         },
         "spec": {
             "selector": {"matchLabels": dict(pod_labels)},
-            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "1"}},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
             "template": {"metadata": {"labels": dict(pod_labels, **MANAGED_BY)}, "spec": template_spec},
         },
     }
