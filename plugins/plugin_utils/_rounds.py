@@ -19,8 +19,8 @@ change now, which are held for a person, and what the round reports.
   their plan (their last change failed, or an earlier round did not finish them) are not offered to
   the planner, so the demand goes to nodes the round may change.
 - ``record``: the state the next round reads (when a round last applied an approved change, which
-  changes never finished). Written before the apply (its nodes unfinished) and again after it (finished), so a
-  round that dies half-way leaves its nodes held.
+  changes never finished). Written before the apply (its nodes unfinished) and again after it
+  (finished), so a round that dies half-way leaves its nodes held.
 - ``deferral``: whether a node's failed change is left for the next round rather than for a person:
   in a round, a refusal before any change whose only cause is a pod bound after the plan to a
   device the plan destroys. ``deferred_nodes`` collects those nodes from the rollout's report rows.
@@ -383,8 +383,8 @@ def record(state: Any, round_id: str, selection: Mapping[str, Any], finished: bo
     Before the apply ``finished`` is False: the round's nodes are unfinished, and stay so (held by the next
     rounds until a person removes them) if the apply never comes back. After it, True takes them out and
     stamps the end of an approved change (the cooldown runs from there; ``fast`` nodes are not
-    counted): the playbook hands both calls the state
-    the round read at its start, so the finishing call must not rely on the first one's stamp.
+    counted): the playbook hands both calls the state the round read at its start, so the
+    finishing call must not rely on the first one's stamp.
     ``failed``: the nodes whose change failed (the apply went on with the others): only they stay
     unfinished; a node the round never reached is not. ``deferred``: the nodes put back unchanged
     (``deferral``): finished, and no change for the cooldown.
