@@ -82,8 +82,8 @@ def test_a_mig_manager_run_in_flight_is_waited_out_before_the_label_changes(
     # success after the collection could have patched the label. Runs take a while (2 s a step), as real
     # ones do, so that the GPUs are checked before the run for layout-b could have made them right.
     cluster.patch("Node", "gpu-0", {"metadata": {"labels": {CONFIG: "layout-a"},
-                                                  "annotations": {migmanager.HOLD_ANNOTATION: "50",
-                                                                  migmanager.DELAY_ANNOTATION: "2"}}})
+                                                 "annotations": {migmanager.HOLD_ANNOTATION: "50",
+                                                                 migmanager.DELAY_ANNOTATION: "2"}}})
     for _attempt in range(200):
         if cluster.get("Node", "gpu-0")["metadata"]["labels"].get(STATE) == "pending":
             break
@@ -124,7 +124,7 @@ def test_a_run_wedged_before_the_rollout_is_recovered_before_the_label_changes(
     fleet = operator_fleet(tmp_path, cluster, cluster_env, models=("1xH100-SXM5-80GB",))
     # An earlier run wedged at pending (gpu-operator issue 2833): no run is in flight, the state stays pending.
     cluster.patch("Node", "gpu-0", {"metadata": {"labels": {CONFIG: "layout-a"},
-                                                  "annotations": {migmanager.WEDGE_ANNOTATION: "once"}}})
+                                                 "annotations": {migmanager.WEDGE_ANNOTATION: "once"}}})
     migmanager.wait_idle(cluster)
     assert cluster.get("Node", "gpu-0")["metadata"]["labels"][STATE] == "pending"
     site = fleet.run("playbooks/site.yml", dict(FAST, mig_node_config_name="layout-b", mig_node_mig_manager_timeout="5"))
