@@ -70,6 +70,9 @@ class Fleet(object):
             labels.update(node_labels or {})
             self.cluster.seed(seed.node(name, labels, nvml_state=self.state_path(name),
                                         pod_resources=pod_resources))
+            stand_ins = getattr(self.cluster, "stand_ins", None)
+            if stand_ins is not None:  # real cluster: GFD labels the node after a watch event,
+                stand_ins.sync()       # so a test starts from the node a rollout would meet
         else:
             hostvars.setdefault("mig_node_kubernetes", False)
             hostvars.setdefault("mig_preflight_kubernetes", False)
