@@ -141,7 +141,7 @@ def sharing_plan(host, args, info, layout, decision):
                                    "changed." % host)
     plan = sharing.node_plan(host, {
         "sharing": plain(args["sharing"], "mig_node_sharing"), "entry": args["device_plugin_config_name"],
-        "configmap": args["device_plugin_config_map"], "namespace": args["device_plugin_config_namespace"]},
+        "configmap": args["device_plugin_config_map"]},
         info.get("planned"), decision["strategy"], layout["source_kind"], layout["operator"], layout["node"],
         args["configmaps"])
     if plan["managed"] and decision["path"] == "mig-manager" and (plan["data"] or plan["label"]):

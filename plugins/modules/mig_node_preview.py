@@ -56,7 +56,7 @@ options:
         C(mig_node_mig_strategy), C(mig_node_operator_mode), C(mig_node_reboot_method), C(mig_node_reboot_command),
         C(mig_node_driver_root), C(mig_node_drain), C(mig_node_read_allocations), C(mig_node_pod_resources_socket),
         C(mig_node_owed_file), C(mig_node_sharing), C(mig_node_device_plugin_config_map),
-        C(mig_node_device_plugin_config_namespace), C(mig_node_device_plugin_config_name),
+        C(mig_node_device_plugin_config_name),
         C(mig_node_dynamic_partitioner), C(mig_node_dynamic_take_back), C(mig_node_gpu_clients),
         C(mig_node_operand_components), and O(restore) from
         C(mig_node_persist*) and C(mig_node_reset_gpus)); an empty string counts as not set.
@@ -261,12 +261,9 @@ options:
     default: {}
   device_plugin_config_map:
     description:
-      - The ConfigMap the device plugin reads its per-node configs from (without the GPU Operator). Under the GPU
-        Operator its ClusterPolicy's C(devicePlugin.config.name).
-    type: str
-    default: ""
-  device_plugin_config_namespace:
-    description: The namespace of O(device_plugin_config_map); empty, the GPU Operator's.
+      - The ConfigMap the device plugin reads its per-node configs from (without the GPU Operator), as
+        C([namespace/]name); no namespace, the GPU Operator's. Under the GPU Operator its ClusterPolicy's
+        C(devicePlugin.config.name).
     type: str
     default: ""
   device_plugin_config_name:

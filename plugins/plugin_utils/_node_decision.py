@@ -393,7 +393,7 @@ def _decide(info, node, operator, settings):
         # Paused beside mig_node_operand_components (clients_pause.yml): a GPUCluster's operands hold the GPUs.
         "operand_components": list(GPU_CLUSTER_CLIENTS) if operator.get("gpu_cluster") else [],
         # With WITH_REBOOT a mode change may reboot the node and wait for the driver container's rebuild: the
-        # wait for mig-manager gets mig_node_mig_manager_reboot_timeout more.
+        # wait for mig-manager gets twice mig_node_reboot_timeout more.
         "mig_manager_may_reboot": mode == "mig-manager" and (
             (bool(change["mode"]) and bool(operator["mig_manager"].get("with_reboot")))
             or _labels(node).get(LABEL_STATE) == "rebooting"),

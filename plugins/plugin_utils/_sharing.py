@@ -30,6 +30,10 @@ from ansible_collections.gpuops.mig.plugins.module_utils import _input as checks
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_decision as decision
 
+# mig_node_device_plugin_config_map's parts: a namespace (DNS label), a ConfigMap (DNS subdomain).
+_NAMESPACE = checks.pattern(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_CONFIG_MAP = checks.pattern(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+
 TIME_SLICING = "time-slicing"
 NONE = "none"
 MPS = "mps"
@@ -240,8 +244,8 @@ def node_plan(host: str, settings: Mapping[str, Any], planned: Sequence[Mapping[
               configmaps: Mapping[str, Sequence[Mapping[str, Any]]] | None) -> dict[str, Any]:
     """What the rollout does about the device plugin's config for this node, checked before any change.
 
-    settings: sharing (mig_node_sharing), entry (mig_node_device_plugin_config_name), configmap and namespace
-    (mig_node_device_plugin_config_map / _namespace); planned: mig_node_info's per-GPU devices after the change;
+    settings: sharing (mig_node_sharing), entry (mig_node_device_plugin_config_name), configmap
+    (mig_node_device_plugin_config_map, [namespace/]name); planned: mig_node_info's per-GPU devices after the change;
     operator: decision.operator_view(); node: the Node; configmaps: {namespace: [ConfigMap objects]} as read.
     Returns UNMANAGED, or {managed, policy, entry, configmap, namespace, data (entries to write), label (the node
     label to set, or None when it is already there)}. Raises SharingError naming the host and the source."""
@@ -283,23 +287,39 @@ def node_plan(host: str, settings: Mapping[str, Any], planned: Sequence[Mapping[
             "data": write, "label": None if labels.get(CONFIG_LABEL) == entry else entry}
 
 
+def config_map_ref(host: str, value: Any) -> tuple[str, str]:
+    """(namespace, name) of mig_node_device_plugin_config_map, written `[namespace/]name`; an empty
+    namespace means the GPU Operator's. Raises SharingError for anything else."""
+    text = "" if value is None else value
+    parts = text.split("/") if isinstance(text, str) and text else []
+    rules = (_NAMESPACE, _CONFIG_MAP) if len(parts) == 2 else (_CONFIG_MAP,)
+    if text != "" and (len(parts) not in (1, 2) or not all(
+            len(part) <= 253 and checks.whole(rule, part) for rule, part in zip(rules, parts))):
+        raise SharingError("%s: mig_node_device_plugin_config_map must be a ConfigMap name or namespace/name "
+                           "(lowercase letters, digits, '-' and '.'), got %s. Nothing was changed."
+                           % (host, describe(value)))
+    return ("", text) if len(parts) < 2 else (parts[0], parts[1])
+
+
 def _config_map(host, settings, operator):
     """The ConfigMap the node's device plugin reads its configs from, and its namespace."""
-    named = settings.get("configmap") or ""
+    namespace, named = config_map_ref(host, settings.get("configmap"))
     if operator.get("present") and operator.get("device_plugin"):
         theirs = operator.get("device_plugin_config") or ""
+        ours = operator.get("namespace") or "gpu-operator"
         if not theirs:
             raise SharingError(
                 "%s: the GPU Operator runs the device plugin, and its ClusterPolicy names no config ConfigMap "
                 "(devicePlugin.config.name), so the plugin reads no per-node config. Nothing was changed. Set "
                 "devicePlugin.config.name (and .default) in the ClusterPolicy, then run again." % host)
-        if named and named != theirs:
+        if (named and named != theirs) or namespace not in ("", ours):
             raise SharingError(
-                "%s: mig_node_device_plugin_config_map is %s, but the GPU Operator's device plugin reads %s "
-                "(devicePlugin.config.name). Nothing was changed." % (host, named, theirs))
-        return theirs, operator.get("namespace") or "gpu-operator"
+                "%s: mig_node_device_plugin_config_map is %s, but the GPU Operator's device plugin reads %s/%s "
+                "(devicePlugin.config.name). Nothing was changed."
+                % (host, settings.get("configmap"), ours, theirs))
+        return theirs, ours
     if not named:
         raise SharingError(
             "%s: mig_node_sharing needs mig_node_device_plugin_config_map: the ConfigMap the device plugin reads its "
             "per-node configs from (the chart's config.name). Nothing was changed." % host)
-    return named, settings.get("namespace") or operator.get("namespace") or "gpu-operator"
+    return named, namespace or operator.get("namespace") or "gpu-operator"

@@ -155,7 +155,7 @@ def test_drive_mig_manager_with_reboot_waits_out_the_reboot_and_the_driver_rebui
     sim.set_host(fleet.state_path("gpu-0"), passthrough=True)   # the reset is refused: the mode needs a reboot
     boot = sim.boot_id(fleet.state_path("gpu-0"))
     site = fleet.run("playbooks/site.yml", dict(FAST, mig_node_config_name="layout-a", mig_node_mig_manager_timeout="5",
-                                                mig_node_mig_manager_reboot_timeout="60"))
+                                                mig_node_reboot_timeout="30"))
     assert site.returncode == 0, output(site)
     assert sim.boot_id(fleet.state_path("gpu-0")) != boot and profiles(fleet, "gpu-0") == [19] * 7
     # Not taken for the stuck-at-pending case: the collection deleted no mig-manager pod.

@@ -37,7 +37,7 @@ def fleet(kube_api, kube_env, tmp_path):
     fleet = Fleet(tmp_path, kube_api, kube_env)
     fleet.add("ts-1", "1xH100-SXM5-80GB", mig_node_layouts=[{"gpus": "all", "devices": {"1g.10gb": 4}}],
               mig_node_sharing={"1g.10gb": {"strategy": "time-slicing", "replicas": 4}},
-              mig_node_device_plugin_config_map="plugin-configs", mig_node_device_plugin_config_namespace=NS,
+              mig_node_device_plugin_config_map=NS + "/plugin-configs",
               mig_node_persist=False)
     kube_api.seed(seed.namespace(NS), {"apiVersion": "v1", "kind": "ConfigMap",
                                        "metadata": {"name": "plugin-configs", "namespace": NS},

@@ -10,7 +10,7 @@ INFO = {"change": {"any": True}, "planned": [{"index": 0, "name": "NVIDIA A100-S
                                              "devices": {"1g.5gb": 7}}]}
 LAYOUT = {"source_kind": "mig_node_layouts", "operator": {"present": False}, "node": {"metadata": {"labels": {}}}}
 ARGS = {"sharing": {"1g.5gb": {"replicas": 2}}, "kubernetes": True, "device_plugin_config_name": "",
-        "device_plugin_config_map": "plugin-configs", "device_plugin_config_namespace": "nvidia",
+        "device_plugin_config_map": "nvidia/plugin-configs",
         "configmaps": {"nvidia": [{"metadata": {"name": "plugin-configs"}, "data": {}}]}}
 
 

@@ -98,7 +98,7 @@ def test_advertised_keeps_shared_whole_gpu_resources():
 PLANNED = [{"index": 0, "name": A100, "mig_enabled": True, "devices": {"1g.5gb": 7}}]
 NO_OPERATOR = {"present": False}
 NODE = {"metadata": {"name": "gpu-1", "labels": {}}}
-SETTINGS = {"sharing": TS4, "entry": "", "configmap": "plugin-configs", "namespace": "nvidia"}
+SETTINGS = {"sharing": TS4, "entry": "", "configmap": "nvidia/plugin-configs"}
 
 
 def configmap(data, name="plugin-configs", namespace="nvidia"):
@@ -157,7 +157,14 @@ def test_a_named_existing_entry_gives_the_policy():
     ({}, {"operator": {"present": True, "device_plugin": True, "device_plugin_config": "", "namespace": "gpu-operator"}},
      "names no config ConfigMap .devicePlugin.config.name."),
     ({}, {"operator": {"present": True, "device_plugin": True, "device_plugin_config": "dp", "namespace": "gpu-operator"}},
-     "mig_node_device_plugin_config_map is plugin-configs, but the GPU Operator's device plugin reads dp"),
+     "mig_node_device_plugin_config_map is nvidia/plugin-configs, but the GPU Operator's device plugin "
+     "reads gpu-operator/dp"),
+    ({"configmap": "other/dp"},
+     {"operator": {"present": True, "device_plugin": True, "device_plugin_config": "dp",
+                   "namespace": "gpu-operator"}},
+     "config_map is other/dp, but the GPU Operator's device plugin reads gpu-operator/dp"),
+    ({"configmap": "a/b/c"}, {}, "gpu-1: mig_node_device_plugin_config_map must be a ConfigMap name or "
+                                 "namespace/name .* got 'a/b/c'"),
 ])
 def test_node_plan_refuses_naming_host_profile_and_source(settings, kw, message):
     with pytest.raises(s.SharingError, match=message):
@@ -166,5 +173,25 @@ def test_node_plan_refuses_naming_host_profile_and_source(settings, kw, message)
 
 def test_the_operators_config_map():
     operator = {"present": True, "device_plugin": True, "device_plugin_config": "dp", "namespace": "gpu-operator"}
-    found = plan({"configmap": ""}, operator=operator, configmaps=configmap({}, "dp", "gpu-operator"))
-    assert (found["configmap"], found["namespace"]) == ("dp", "gpu-operator") and found["data"]
+    for named in ("", "dp", "gpu-operator/dp"):
+        found = plan({"configmap": named}, operator=operator, configmaps=configmap({}, "dp", "gpu-operator"))
+        assert (found["configmap"], found["namespace"]) == ("dp", "gpu-operator") and found["data"]
+
+
+@pytest.mark.parametrize("value, ref", [
+    ("plugin-configs", ("", "plugin-configs")),
+    ("nvidia/plugin-configs", ("nvidia", "plugin-configs")),
+    ("nvidia/dp.configs", ("nvidia", "dp.configs")),
+    ("", ("", "")),
+    (None, ("", "")),
+])
+def test_the_config_map_is_namespace_slash_name(value, ref):
+    assert s.config_map_ref("gpu-1", value) == ref
+
+
+@pytest.mark.parametrize("value", ["a/b/c", "/dp", "nvidia/", "Nvidia/dp", "nv.idia/dp", "dp-", 7, ["dp"],
+                                   "x" * 254])
+def test_a_config_map_of_another_form_is_refused(value):
+    with pytest.raises(s.SharingError, match="gpu-1: mig_node_device_plugin_config_map must be a ConfigMap "
+                                             "name or namespace/name"):
+        s.config_map_ref("gpu-1", value)
