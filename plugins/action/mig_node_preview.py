@@ -167,6 +167,8 @@ class ActionModule(ActionBase):
             if args["role_variables"]:
                 args = options_from_role(host, args, role_vars, self._task.args)
                 check_variable_names(host, task_vars)
+            # dynamic-dra and dynamic-hami: the hand-off path, and who partitions the node from then on
+            args["operator_mode"], args["dynamic_partitioner"] = handoff.split_mode(args["operator_mode"])
             if args["decide"]:
                 layout = self._layout(host, args, task_vars)
                 module_args = dict(layout["module_args"])

@@ -57,7 +57,7 @@ options:
         C(mig_node_driver_root), C(mig_node_drain), C(mig_node_read_allocations), C(mig_node_pod_resources_socket),
         C(mig_node_owed_file), C(mig_node_sharing), C(mig_node_device_plugin_config_map),
         C(mig_node_device_plugin_config_name),
-        C(mig_node_dynamic_partitioner), C(mig_node_dynamic_take_back), C(mig_node_gpu_clients),
+        C(mig_node_dynamic_take_back), C(mig_node_gpu_clients),
         C(mig_node_operand_components), and O(restore) from
         C(mig_node_persist*) and C(mig_node_reset_gpus)); an empty string counts as not set.
       - The role's own task uses it, so that the role's variables are templated once per node, for the check and
@@ -155,19 +155,13 @@ options:
   operator_mode:
     description:
       - On a GPU Operator node, V(auto), V(mig-manager) or V(takeover) (see the M(gpuops.mig.mig_node) role).
-      - V(dynamic) hands the node to the dynamic MIG partitioner O(dynamic_partitioner) (with or without the
-        GPU Operator); the layout is then MIG mode on with no MIG device, whatever layout source is set.
+      - V(dynamic-dra) and V(dynamic-hami) hand the node to a dynamic MIG partitioner (with or without the
+        GPU Operator), NVIDIA's DRA driver with its C(DynamicMIG) feature gate or HAMi's device plugin in its
+        C(mig) operating mode. The layout is then MIG mode on with no MIG device, whatever layout source is
+        set. The partitioner's DaemonSet is looked for in O(daemonsets) and must have a nodeSelector.
     type: str
-    choices: [auto, mig-manager, takeover, dynamic]
+    choices: [auto, mig-manager, takeover, dynamic-dra, dynamic-hami]
     default: auto
-  dynamic_partitioner:
-    description:
-      - With O(operator_mode=dynamic), who partitions the node's GPUs from then on, V(nvidia-dra) (NVIDIA's DRA
-        driver with its C(DynamicMIG) feature gate) or V(hami) (HAMi's device plugin in its C(mig) operating mode).
-      - Its DaemonSet is looked for in O(daemonsets) and must have a nodeSelector.
-    type: str
-    choices: [nvidia-dra, hami]
-    default: nvidia-dra
   dynamic_take_back:
     description:
       - A node this collection handed to a dynamic partitioner (annotation C(gpuops.mig/handed-off)) is left alone

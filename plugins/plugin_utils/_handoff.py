@@ -2,8 +2,8 @@
 # Copyright: Contributors to the gpuops.mig collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""Handing a node to a dynamic MIG partitioner, and taking it back (mig_node_operator_mode=dynamic;
-docs/gpu-operator.md, "Hand-off to dynamic partitioners"). Controller-side decisions on plain data; nothing
+"""Handing a node to a dynamic MIG partitioner, and taking it back (mig_node_operator_mode=dynamic-dra
+or dynamic-hami; docs/gpu-operator.md, "Hand-off to dynamic partitioners"). Controller-side decisions on plain data; nothing
 here talks to a node or the API.
 
 The partitioners, as their sources describe them:
@@ -36,6 +36,8 @@ from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import (
 )
 
 PARTITIONERS = ("nvidia-dra", "hami")
+# mig_node_operator_mode's hand-off values: who partitions the node from then on.
+HANDOFF_MODES = {"dynamic-dra": "nvidia-dra", "dynamic-hami": "hami"}
 DRA_DRIVER = "gpu.nvidia.com"
 HAMI_CONFIGMAP = "hami-device-plugin"
 HAMI_CONFIG_KEY = "config.json"
@@ -53,11 +55,25 @@ class HandoffError(RefusedError):
     """A hand-off or take-back the rollout must not start, with the reason (nothing was changed)."""
 
 
+def split_mode(mode: str | None) -> tuple[str, str | None]:
+    """(the node's path, the partitioner) of mig_node_operator_mode: ('dynamic', partitioner) for a
+    hand-off value, else (mode, None)."""
+    wanted = (mode or "").strip().lower()
+    if wanted in HANDOFF_MODES:
+        return "dynamic", HANDOFF_MODES[wanted]
+    return mode, None
+
+
+def mode_of(partitioner: str) -> str:
+    """The mig_node_operator_mode value that hands a node to `partitioner`."""
+    return next((mode for mode, name in HANDOFF_MODES.items() if name == partitioner), partitioner)
+
+
 def check_partitioner(name: str | None, host: str) -> str:
     name = (name or "").strip().lower()
     if name not in PARTITIONERS:
-        raise HandoffError("%s: mig_node_dynamic_partitioner must be %s, not '%s'. Nothing was changed."
-                           % (host, " or ".join(PARTITIONERS), name))
+        raise HandoffError("%s: a hand-off needs mig_node_operator_mode %s, not '%s'. Nothing was changed."
+                           % (host, " or ".join(HANDOFF_MODES), name))
     return name
 
 
@@ -87,9 +103,9 @@ def plugin_of(partitioner: str, daemonsets: Sequence[Mapping[str, Any]] | None, 
         found = [ds for ds in daemonsets or () if is_hami_device_plugin(ds)]
         what = "HAMi's device plugin (pods labelled %s=%s)" % HAMI_POD_LABEL
     if not found:
-        raise HandoffError("%s: mig_node_dynamic_partitioner=%s, but no DaemonSet of %s was found. Nothing was "
+        raise HandoffError("%s: mig_node_operator_mode=%s, but no DaemonSet of %s was found. Nothing was "
                            "changed. Install it with a nodeSelector that picks the nodes handed to it."
-                           % (host, partitioner, what))
+                           % (host, mode_of(partitioner), what))
     ds = min(found, key=lambda d: (d["metadata"].get("namespace", ""), d["metadata"]["name"]))
     template = (ds.get("spec") or {}).get("template") or {}
     selector = (template.get("spec") or {}).get("nodeSelector") or {}
@@ -128,8 +144,9 @@ def give(info: Mapping[str, Any], node: Mapping[str, Any] | None, settings: Mapp
     host = settings["host"]
     partitioner = check_partitioner(settings.get("partitioner"), host)
     if not settings.get("kubernetes"):
-        raise HandoffError("%s: mig_node_operator_mode=dynamic hands the node to a partitioner that runs in "
-                           "Kubernetes, but mig_node_kubernetes is false. Nothing was changed." % host)
+        raise HandoffError("%s: mig_node_operator_mode=%s hands the node to a partitioner that runs in "
+                           "Kubernetes, but mig_node_kubernetes is false. Nothing was changed."
+                           % (host, mode_of(partitioner)))
     record = record_of(node, host)
     if record and record["partitioner"] != partitioner:
         raise HandoffError("%s: the node is handed to %s (annotation %s), not %s. Nothing was changed. Take it back "
@@ -212,8 +229,8 @@ def skipped_summary(host: str, record: Mapping[str, Any]) -> str:
     handed = "a hand-off to the dynamic partitioner %s did not finish" if record.get("pending") else \
         "handed to the dynamic partitioner %s"
     return ("%s: %s (annotation %s): left to it. Set mig_node_dynamic_take_back=true to take it back to a static "
-            "layout, or mig_node_operator_mode=dynamic to hand it over again."
-            % (host, handed % record["partitioner"], ANNOTATION_HANDED_OFF))
+            "layout, or mig_node_operator_mode=%s to hand it over again."
+            % (host, handed % record["partitioner"], ANNOTATION_HANDED_OFF, mode_of(record["partitioner"])))
 
 
 def handoff_summary(host: str, handoff: Mapping[str, Any], decision: Mapping[str, Any]) -> str:

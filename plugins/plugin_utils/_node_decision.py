@@ -197,7 +197,8 @@ def operator_mode(wanted: str | None, operator: Mapping[str, Any], source: str |
     source: 'configmap' when the layout comes from the operator's ConfigMap, else the inventory's kind."""
     wanted = (wanted or "auto").strip().lower()
     if wanted not in OPERATOR_MODES:
-        raise RefusedError("%s: mig_node_operator_mode must be auto, mig-manager, takeover or dynamic, not '%s'"
+        raise RefusedError("%s: mig_node_operator_mode must be auto, mig-manager, takeover, dynamic-dra or "
+                           "dynamic-hami, not '%s'"
                            % (host, wanted))
     if wanted == "dynamic":
         return "dynamic"

@@ -18,7 +18,7 @@ service and a GPU Operator operand, with a GPU pod; node-b, an A30 an admin cord
 changes.
 
 handoff: the hand-off of node-h, an H100 at a static layout, to HAMi's dynamic MIG partitioner
-(mig_node_operator_mode=dynamic, mig_node_dynamic_partitioner=hami), whose ConfigMap holds an entry
+(mig_node_operator_mode=dynamic-hami), whose ConfigMap holds an entry
 of its own for the node and one for another node (`handoff_fleet`). After each re-run the node must
 be handed off (MIG on, no static MIG device, HAMi's entry for it in mig mode, HAMi's registration,
 the hand-off record keeping HAMi's entry as it was before the first run, no cordon, lease or other
@@ -80,7 +80,7 @@ HANDED_OFF = "gpuops.mig/handed-off"
 # that "as it was" shows) and another node's, which neither run may touch.
 HAMI_ENTRY = {"name": HANDOFF_NODE, "operatingmode": "hami-core", "devicesplitcount": 4}
 HAMI_NODECONFIG = [{"name": "node-x", "operatingmode": "hami-core"}, HAMI_ENTRY]
-HANDOFF_VARS = {"mig_node_operator_mode": "dynamic", "mig_node_dynamic_partitioner": "hami"}
+HANDOFF_VARS = {"mig_node_operator_mode": "dynamic-hami"}
 TAKE_BACK_VARS = {"mig_node_dynamic_take_back": True}
 
 

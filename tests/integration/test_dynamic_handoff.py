@@ -1,4 +1,4 @@
-"""Hand-off of a node to a dynamic MIG partitioner and back (mig_node_operator_mode=dynamic,
+"""Hand-off of a node to a dynamic MIG partitioner and back (mig_node_operator_mode=dynamic-dra or dynamic-hami,
 mig_node_dynamic_take_back; docs/gpu-operator.md, "Hand-off to dynamic partitioners"): a GPU Operator node that
 mig-manager set up is handed to NVIDIA's DRA driver with DynamicMIG (the emulator's kubelet plugin, dra.py and
 dynamic.py), left alone by static runs, and taken back to a static layout that mig-manager applies again."""
@@ -38,7 +38,7 @@ def test_a_static_node_is_handed_to_dynamic_mig_left_alone_then_taken_back(kube_
     fleet = dynamic_fleet(tmp_path, kube_api, kube_env)
     assert slices(kube_api) == []           # the plugin does not run on the node yet
 
-    site = fleet.run("playbooks/site.yml", dict(FAST, mig_node_operator_mode="dynamic"))
+    site = fleet.run("playbooks/site.yml", dict(FAST, mig_node_operator_mode="dynamic-dra"))
     assert site.returncode == 0, output(site)
     assert "hand the node to the dynamic partitioner nvidia-dra" in site.stdout
     state = sim.load_state(fleet.state_path("gpu-0"))
@@ -57,7 +57,7 @@ def test_a_static_node_is_handed_to_dynamic_mig_left_alone_then_taken_back(kube_
     assert "gpu-0-mig-1g10gb-19-6" in {d["name"] for d in published}
     assert any(s["spec"].get("sharedCounters") for s in slices(kube_api))
 
-    again = fleet.run("playbooks/site.yml", dict(FAST, mig_node_operator_mode="dynamic"))
+    again = fleet.run("playbooks/site.yml", dict(FAST, mig_node_operator_mode="dynamic-dra"))
     assert again.returncode == 0 and again.recap["gpu-0"]["changed"] == 0, output(again)
     assert "handed to the dynamic partitioner nvidia-dra already" in again.stdout
 
@@ -80,9 +80,9 @@ def test_a_static_node_is_handed_to_dynamic_mig_left_alone_then_taken_back(kube_
 
 
 @pytest.mark.parametrize("extra, busy, message", [
-    ({"mig_node_dynamic_partitioner": "run-ai"}, False,
-     "mig_node_dynamic_partitioner must be one of: nvidia-dra, hami"),
-    ({"mig_node_dynamic_partitioner": "hami"}, False, "no DaemonSet of HAMi's device plugin"),
+    ({"mig_node_operator_mode": "dynamic-run-ai"}, False,
+     "mig_node_operator_mode must be one of: auto, mig-manager, takeover, dynamic-dra, dynamic-hami"),
+    ({"mig_node_operator_mode": "dynamic-hami"}, False, "no DaemonSet of HAMi's device plugin"),
     ({}, True, "force"),
 ])
 def test_a_bad_hand_off_is_refused_before_any_change(kube_api, kube_env, tmp_path, extra, busy, message):
@@ -92,7 +92,7 @@ def test_a_bad_hand_off_is_refused_before_any_change(kube_api, kube_env, tmp_pat
         sim.add_process(fleet.state_path("gpu-0"), 0, pid=4242, gi=gi, ci=0)
     before = fleet.digest("gpu-0")
     labels = node_labels(kube_api, "gpu-0")
-    refused = fleet.run("playbooks/site.yml", dict(FAST, mig_node_operator_mode="dynamic", **extra))
+    refused = fleet.run("playbooks/site.yml", dict(dict(FAST, mig_node_operator_mode="dynamic-dra"), **extra))
     assert refused.returncode != 0 and message in refused.stdout, output(refused)
     assert fleet.digest("gpu-0") == before and node_labels(kube_api, "gpu-0") == labels
     assert HANDED_OFF not in (kube_api.get("Node", "gpu-0")["metadata"].get("annotations") or {})
@@ -107,8 +107,7 @@ def test_a_node_without_the_gpu_operator_is_handed_to_hami_and_taken_back(kube_a
     assert fleet.run("playbooks/site.yml", common).returncode == 0 and profiles(fleet, "gpu-0") == [9, 9]
     kube_api.seed(*hami.manifests(nodeconfig=[{"name": "gpu-9", "operatingmode": "hami-core"}]))
 
-    site = fleet.run("playbooks/site.yml", dict(common, mig_node_operator_mode="dynamic",
-                                                mig_node_dynamic_partitioner="hami"))
+    site = fleet.run("playbooks/site.yml", dict(common, mig_node_operator_mode="dynamic-hami"))
     assert site.returncode == 0, output(site)
     assert profiles(fleet, "gpu-0") == []
     node = kube_api.get("Node", "gpu-0")

@@ -4,6 +4,7 @@ import pytest
 
 from ansible_collections.gpuops.mig.plugins.action import mig_node_preview as a
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import RefusedError
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _handoff as h
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _layout_source as layout_source
 
 
@@ -125,11 +126,14 @@ def test_mig_node_force_reaches_the_preview():
 
 
 def test_the_hand_off_settings_reach_the_preview():
-    """mig_node_dynamic_partitioner and mig_node_dynamic_take_back (docs/gpu-operator.md, "Hand-off to dynamic
-    partitioners") come from the role's variables, with the role's choices."""
-    assert a.ARGUMENT_SPEC["dynamic_partitioner"]["choices"] == ["nvidia-dra", "hami"]
-    assert "dynamic" in a.ARGUMENT_SPEC["operator_mode"]["choices"]
-    got = a.options_from_role("gpu-1", defaults(), role_vars(mig_node_dynamic_partitioner="hami",
+    """mig_node_operator_mode's hand-off values and mig_node_dynamic_take_back (docs/gpu-operator.md,
+    "Hand-off to dynamic partitioners") come from the role's variables, with the role's choices."""
+    assert {"dynamic-dra", "dynamic-hami"} <= set(a.ARGUMENT_SPEC["operator_mode"]["choices"])
+    assert "dynamic_partitioner" not in a.ARGUMENT_SPEC
+    got = a.options_from_role("gpu-1", defaults(), role_vars(mig_node_operator_mode="dynamic-hami",
                                                              mig_node_dynamic_take_back=True),
                               given={"role_variables": True})
-    assert got["dynamic_partitioner"] == "hami" and got["dynamic_take_back"] is True
+    assert got["operator_mode"] == "dynamic-hami" and got["dynamic_take_back"] is True
+    assert h.split_mode(got["operator_mode"]) == ("dynamic", "hami")
+    assert h.split_mode("dynamic-dra") == ("dynamic", "nvidia-dra")
+    assert h.split_mode("takeover") == ("takeover", None)

@@ -129,11 +129,12 @@ def test_a_static_run_and_the_take_back_of_a_hand_off_cut_short():
 
 
 @pytest.mark.parametrize("kw, message", [
-    ({"partitioner": "run-ai"}, "mig_node_dynamic_partitioner must be nvidia-dra or hami, not 'run-ai'"),
+    ({"partitioner": "run-ai"}, "a hand-off needs mig_node_operator_mode dynamic-dra or dynamic-hami, "
+                                "not 'run-ai'"),
     ({"daemonsets": []}, "no DaemonSet of NVIDIA's DRA kubelet plugin with DynamicMIG=true"),
     ({"daemonsets": [dra_daemonset(dynamic=False)]}, "no DaemonSet of NVIDIA's DRA kubelet plugin"),
     ({"daemonsets": [dra_daemonset(selector=False)]}, "has no nodeSelector, so it runs on every GPU node"),
-    ({"partitioner": "hami"}, "no DaemonSet of HAMi's device plugin"),
+    ({"partitioner": "hami"}, "mig_node_operator_mode=dynamic-hami, but no DaemonSet of HAMi's device plugin"),
     ({"kubernetes": False}, "mig_node_kubernetes is false"),
     ({"drain": "none"}, "pods hold MIG devices the hand-off to nvidia-dra destroys: train-1, and mig_node_drain is none"),
 ])

@@ -147,7 +147,7 @@ def test_operator_modes():
         d.operator_mode("mig-manager", off, "configmap", "h")
     with pytest.raises(RefusedError, match="no GPU Operator ClusterPolicy"):
         d.operator_mode("mig-manager", none, "configmap", "h")
-    with pytest.raises(RefusedError, match="must be auto, mig-manager, takeover or dynamic"):
+    with pytest.raises(RefusedError, match="must be auto, mig-manager, takeover, dynamic-dra or dynamic-hami"):
         d.operator_mode("yes", none, "configmap", "h")
 
 
