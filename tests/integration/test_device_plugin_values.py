@@ -1,6 +1,7 @@
-"""mig_device_plugin's typed variables through the real helm binary and the stand-in chart: rendered into the
-release's values (sharing configs into config.map, the allocation policy into each config), checked before helm
-runs, the free-form values merged last."""
+"""mig_device_plugin's variables through the real helm binary and the stand-in chart: rendered
+into the release's values (sharing configs into config.map with its default entry, the allocation
+policy into each config, nvidiaDriverRoot from gpuops_mig_driver_root), checked before helm runs,
+the free-form values merged last."""
 
 import os
 
@@ -27,24 +28,48 @@ def run(tmp_path, kube_api, kube_env, variables, name="plugin.yml"):
 def test_typed_settings_reach_the_chart(kube_api, kube_env, tmp_path):
     kube_api.seed(seed.node("gpu-1", {"nvidia.com/gpu.present": "true"}))
     proc = run(tmp_path, kube_api, kube_env, {
-        "mig_device_plugin_fail_on_init_error": False,
-        "mig_device_plugin_device_list_strategy": ["envvar", "cdi-cri"],
-        "mig_device_plugin_driver_root": "/run/nvidia/driver",
+        "gpuops_mig_driver_root": "/run/nvidia/driver",
         "mig_device_plugin_shared_devices_allocation_policy": "packed",
         "mig_device_plugin_sharing_configs": {"ts4": {"1g.10gb": {"replicas": 4, "rename": True}}},
-        "mig_device_plugin_values": {"failOnInitError": True}})
+        "mig_device_plugin_values": {"failOnInitError": True,
+                                     "deviceListStrategy": "envvar,cdi-cri"}})
     assert proc.recap["localhost"]["failed"] == 0, output(proc)
-    plugin = kube_api.get("DaemonSet", "nvidia-device-plugin", NS)
-    env = dict((e["name"], e.get("value")) for e in plugin["spec"]["template"]["spec"]["containers"][0]["env"])
-    assert env["FAIL_ON_INIT_ERROR"] == "true"                 # the free-form value wins
+    env = plugin_env(kube_api)
+    assert env["FAIL_ON_INIT_ERROR"] == "true"                 # free-form values
     assert env["DEVICE_LIST_STRATEGY"] == "envvar,cdi-cri"
     assert env["NVIDIA_DRIVER_ROOT"] == "/run/nvidia/driver"
+    assert env["DEFAULT_CONFIG"] == "default"
     configs = kube_api.get("ConfigMap", "nvidia-device-plugin-configs", NS)["data"]
     assert sorted(configs) == ["default", "ts4"]
+    assert "sharing" not in yaml.safe_load(configs["default"])
     ts4 = yaml.safe_load(configs["ts4"])
     assert ts4["flags"]["plugin"] == {"sharedDevicesAllocationPolicy": "packed"}
-    assert ts4["sharing"]["timeSlicing"] == {"renameByDefault": True, "failRequestsGreaterThanOne": False,
-                                             "resources": [{"name": "nvidia.com/mig-1g.10gb", "replicas": 4}]}
+    assert ts4["sharing"]["timeSlicing"] == {
+        "renameByDefault": True, "failRequestsGreaterThanOne": False,
+        "resources": [{"name": "nvidia.com/mig-1g.10gb", "replicas": 4}]}
+
+
+def test_the_default_config_and_a_driver_root_in_the_values(kube_api, kube_env, tmp_path):
+    kube_api.seed(seed.node("gpu-1", {"nvidia.com/gpu.present": "true"}))
+    ts4 = {"1g.10gb": {"replicas": 4}}
+    proc = run(tmp_path, kube_api, kube_env, {
+        "gpuops_mig_driver_root": "/run/nvidia/driver",
+        "mig_device_plugin_sharing_configs": {"ts4": ts4, "default": ts4},
+        "mig_device_plugin_values": {"nvidiaDriverRoot": "/opt/nvidia/driver"}})
+    assert proc.recap["localhost"]["failed"] == 0, output(proc)
+    env = plugin_env(kube_api)
+    assert env["NVIDIA_DRIVER_ROOT"] == "/opt/nvidia/driver"   # the values win
+    assert env["DEFAULT_CONFIG"] == "default"
+    configs = kube_api.get("ConfigMap", "nvidia-device-plugin-configs", NS)["data"]
+    assert sorted(configs) == ["default", "ts4"] and configs["default"] == configs["ts4"]
+    assert yaml.safe_load(configs["default"])["sharing"]["timeSlicing"]["resources"] == [
+        {"name": "nvidia.com/mig-1g.10gb", "replicas": 4}]
+
+
+def plugin_env(kube_api):
+    plugin = kube_api.get("DaemonSet", "nvidia-device-plugin", NS)
+    return dict((e["name"], e.get("value"))
+                for e in plugin["spec"]["template"]["spec"]["containers"][0]["env"])
 
 
 def test_bad_settings_fail_before_helm(kube_api, kube_env, tmp_path):
