@@ -338,7 +338,7 @@ class ActionModule(ActionBase):
         read_args = dict(module_args, driver_root=args["driver_root"], fail_on_missing_driver=False,
                          force=args["force"], pod_resources_socket=args["pod_resources_socket"],
                          # Outside Kubernetes no kubelet holds devices: nothing to ask.
-                         read_allocations=bool(args["read_allocations"] and args["kubernetes"]))
+                         read_allocations=bool(args["kubernetes"]))
         if read_args["read_allocations"] and args["dra_allocations"] is not None:   # the node's ResourceClaims
             read_args["dra_allocations"] = args["dra_allocations"]
         if not args["kubernetes"]:      # a Kubernetes node keeps its owed record on the Node

@@ -54,7 +54,7 @@ options:
         C(mig_node_config_configmap), C(mig_node_config_configmap_namespace), C(mig_node_config_configmap_key),
         C(mig_node_config_name), C(mig_node_config_from_label), C(mig_node_allow_unmatched), C(mig_node_force),
         C(mig_node_mig_strategy), C(mig_node_operator_mode), C(mig_node_reboot_method), C(mig_node_reboot_command),
-        C(mig_node_driver_root), C(mig_node_drain), C(mig_node_read_allocations), C(mig_node_pod_resources_socket),
+        C(mig_node_driver_root), C(mig_node_drain), C(mig_node_pod_resources_socket),
         C(mig_node_owed_file), C(mig_node_sharing), C(mig_node_device_plugin_config_map),
         C(mig_node_device_plugin_config_name),
         C(mig_node_dynamic_take_back), C(mig_node_gpu_clients),
@@ -197,10 +197,6 @@ options:
         none. Outside Kubernetes, V(none).
     type: raw
     default: true
-  read_allocations:
-    description: Read which pod holds which MIG device from the kubelet (PodResources API) on a Kubernetes node.
-    type: bool
-    default: true
   pod_resources_socket:
     description: The kubelet's PodResources socket on the node.
     type: str
@@ -236,8 +232,7 @@ options:
     description:
       - Where NVIDIA's DRA driver serves the node, which pod holds which device from its ResourceClaims, as
         M(gpuops.mig.mig_cluster_info) returns it for the node (RV(gpuops.mig.mig_cluster_info#module:dra_allocations));
-        handed to M(gpuops.mig.mig_node_info), where it joins the kubelet's answer. Only with Kubernetes and
-        C(mig_node_read_allocations).
+        handed to M(gpuops.mig.mig_node_info), where it joins the kubelet's answer. Only with Kubernetes.
     type: dict
     version_added: 0.2.0
   owed_file:

@@ -27,7 +27,7 @@ VALIDATION_KEYS = ("type", "elements", "choices", "default", "required", "option
 NODE_ROLE_OPTIONS = ("kubernetes", "k8s_node_name", "config", "config_file", "layouts", "configmap",
                      "configmap_namespace", "configmap_key", "config_name", "config_from_label", "allow_unmatched",
                      "force", "strategy", "operator_mode", "reboot_method", "reboot_command", "driver_root", "drain",
-                     "read_allocations", "pod_resources_socket", "owed_file", "sharing", "device_plugin_config_map",
+                     "pod_resources_socket", "owed_file", "sharing", "device_plugin_config_map",
                      "device_plugin_config_name",
                      "dynamic_take_back", "gpu_clients", "operand_components")
 # The boot-time restore's settings (the action's option restore), from mig_node_persist_<setting>.
