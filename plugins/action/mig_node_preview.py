@@ -93,11 +93,14 @@ def options_from_role(host, args, role_vars, given):
 
 
 def check_variable_names(host, task_vars):
-    """A variable with the collection's prefixes that nothing documents is a typo Ansible would ignore."""
+    """A variable with the collection's prefixes that nothing documents is a typo Ansible would ignore.
+    Returns the deprecations of the variables set (task results' `deprecations` items)."""
     known = variable_names.known_names(os.path.dirname(os.path.normpath(task_vars["role_path"])))
     message = variable_names.problem(host, task_vars, known)
     if message:
         raise RefusedError(message)
+    return [{"msg": msg, "version": "1.0.0", "collection_name": "gpuops.mig"}
+            for msg in variable_names.deprecated(task_vars)]
 
 
 def check_settings(host, args, sources):
@@ -166,7 +169,9 @@ class ActionModule(ActionBase):
             role_vars = self._check_role_variables(host, task_vars)
             if args["role_variables"]:
                 args = options_from_role(host, args, role_vars, self._task.args)
-                check_variable_names(host, task_vars)
+                deprecations = check_variable_names(host, task_vars)
+                if deprecations:
+                    result["deprecations"] = deprecations
             # dynamic-dra and dynamic-hami: the hand-off path, and who partitions the node from then on
             args["operator_mode"], args["dynamic_partitioner"] = handoff.split_mode(args["operator_mode"])
             if args["decide"]:

@@ -80,7 +80,7 @@ def problems(host: str, facts: Mapping[str, Any], toolkit: Mapping[str, Any] | N
 
 
 _TOOLKIT_FIX = ("Install or upgrade nvidia-container-toolkit (NVIDIA's apt/yum repository), or set "
-                "mig_preflight_check_container_toolkit=false for hosts that run no containers.")
+                "mig_preflight_container_toolkit_command to '' for hosts that run no containers.")
 
 
 def ready(host: str, facts: Mapping[str, Any], toolkit: Mapping[str, Any] | None) -> str:

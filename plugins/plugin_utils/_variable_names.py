@@ -41,6 +41,17 @@ PLAYBOOK_VARIABLES = (
     "gpuops_mig_ready_nodes", "gpuops_mig_ready_overdue",
 )
 
+# Released variables that go in 1.0.0, with what replaces each. No argument spec documents them any more,
+# the roles still read a value set for one, and gpuops.mig.mig_node_preview warns about it (deprecated()).
+DEPRECATED_VARIABLES = {
+    "mig_node_reboot_test_command": "ansible.builtin.reboot's own test_command (whoami) is used",
+    "mig_node_reboot_post_delay": "the reboot checks the host as soon as it answers",
+    "mig_device_plugin_create_namespace": "the release's namespace is always created when missing",
+    "mig_device_plugin_wait": "set mig_device_plugin_wait_timeout to '' for no wait",
+    "mig_preflight_check_container_toolkit": "set mig_preflight_container_toolkit_command to '' to skip "
+                                             "the check",
+}
+
 # Results the roles leave on a host (a later batch's preview sees them): not settings, but not typos either.
 ROLE_RESULTS = ("mig_node_report", "mig_node_preview", "mig_device_plugin_release", "mig_node_run")
 
@@ -57,7 +68,14 @@ def spec_options(roles_dir: str) -> set[str]:
 
 
 def known_names(roles_dir: str) -> set[str]:
-    return spec_options(roles_dir) | set(PLAYBOOK_VARIABLES) | set(ROLE_RESULTS)
+    return spec_options(roles_dir) | set(PLAYBOOK_VARIABLES) | set(ROLE_RESULTS) | set(DEPRECATED_VARIABLES)
+
+
+def deprecated(names: Iterable[str]) -> list[str]:
+    """A message for each deprecated variable among ``names``, sorted (the same on every host, so that
+    Ansible shows each once)."""
+    return ["%s is deprecated and goes in gpuops.mig 1.0.0: %s." % (name, DEPRECATED_VARIABLES[name])
+            for name in sorted(set(names)) if name in DEPRECATED_VARIABLES]
 
 
 def unknown(names: Iterable[str], known: Collection[str]) -> list[tuple[str, str | None]]:

@@ -353,12 +353,15 @@ def test_node_check_mode_changes_nothing(cluster, cluster_env, tmp_path):
     fleet.add("node-e", "1xH100-SXM5-80GB", node_labels={DCGM_EXPORTER: "true"},
               mig_node_layouts=[{"gpus": "all", "devices": {"1g.10gb": 7}}])
     fleet.add("box-f", "1xA100-SXM4-40GB", kubernetes=False, mig_node_persist=False,
-              mig_node_layouts=[{"gpus": "all", "devices": {"7g.40gb": 1}}])
+              mig_node_layouts=[{"gpus": "all", "devices": {"7g.40gb": 1}}],
+              mig_node_reboot_post_delay=0)   # deprecated: accepted, and said once
     cluster.seed(seed.pod("web-0", node="node-e", owner=("ReplicaSet", "web-1")))
     before = {name: fleet.digest(name) for name in ("node-e", "box-f")}
 
     proc = fleet.run("tests/integration/playbooks/mig_node.yml", check=True)
     assert proc.returncode == 0, output(proc)
+    said = "mig_node_reboot_post_delay is deprecated and goes in gpuops.mig 1.0.0"
+    assert (proc.stdout + proc.stderr).count(said) == 1, output(proc)
     assert "layout 'custom' is not in place: MIG mode change and geometry change needed" in proc.stdout
     assert {name: fleet.digest(name) for name in before} == before
     writes = [r for r in cluster.requests if r.method in ("POST", "PATCH", "PUT", "DELETE")]
@@ -415,6 +418,10 @@ def test_preflight_says_what_is_wrong_and_how_to_fix_it(tmp_path):
     fleet.add("old-driver", "1xH200", kubernetes=False, driver="535.183.01")
     fleet.add("old-toolkit", "1xA100-SXM4-40GB", kubernetes=False, mig_preflight_kubernetes=True,
               gpuops_mig_environment_extra={"GPUOPS_SIM_CTK_VERSION": "1.14.0"})
+    for name, skip in (("no-containers", {"mig_preflight_container_toolkit_command": ""}),
+                       ("no-containers-old", {"mig_preflight_check_container_toolkit": False})):  # deprecated
+        fleet.add(name, "1xA100-SXM4-40GB", kubernetes=False, mig_preflight_kubernetes=True,
+                  gpuops_mig_environment_extra={"GPUOPS_SIM_CTK_VERSION": "1.14.0"}, **skip)
     fleet.add("no-nvml", "1xA100-SXM4-40GB", kubernetes=False, ansible_python_interpreter="/usr/bin/python3")
     # The modules refuse an empty driver_root; to the roles, as for their other settings, empty is not set.
     fleet.add("empty-root", "1xH100-SXM5-80GB", kubernetes=False, gpuops_mig_driver_root="")
@@ -426,11 +433,13 @@ def test_preflight_says_what_is_wrong_and_how_to_fix_it(tmp_path):
     proc = fleet.run(str(playbook))
     out = proc.stdout + proc.stderr
     assert proc.recap["good"]["failed"] == 0 and proc.recap["empty-root"]["failed"] == 0, output(proc)
+    assert proc.recap["no-containers"]["failed"] == proc.recap["no-containers-old"]["failed"] == 0, output(proc)
     assert "good: driver 570.124.06, 2 MIG-capable GPU(s) of 2 (NVIDIA H100 80GB HBM3), NVIDIA Container " \
            "Toolkit 1.17.8." in out
     assert "no-mig: no MIG-capable GPU found (GPUs: NVIDIA A10)" in out
     assert "old-driver: driver 535.183.01 is too old for MIG on GPU 0 (NVIDIA H200), which needs 550.90.07 or newer" in out
     assert "old-toolkit: NVIDIA Container Toolkit 1.14.0 is older than 1.17.8" in out
+    assert "set mig_preflight_container_toolkit_command to '' for hosts that run no containers" in out
     assert "no-nvml: nvidia-ml-py (import pynvml) is not importable by /usr/bin/python3" in out
     assert all(proc.recap[h]["failed"] == 1 for h in ("no-mig", "old-driver", "old-toolkit", "no-nvml")), output(proc)
 

@@ -77,7 +77,7 @@ def test_container_toolkit_missing_old_or_fine():
     missing = p.problems("gpu-1", facts(), toolkit(version=None, error="[Errno 2] No such file"), OPTIONS)
     assert missing == ["gpu-1: the NVIDIA Container Toolkit is not installed (nvidia-ctk --version: [Errno 2] No such "
                        "file). Install or upgrade nvidia-container-toolkit (NVIDIA's apt/yum repository), or set "
-                       "mig_preflight_check_container_toolkit=false for hosts that run no containers."]
+                       "mig_preflight_container_toolkit_command to '' for hosts that run no containers."]
     silent = p.problems("gpu-1", facts(), toolkit(version=None), OPTIONS)
     assert "not installed (nvidia-ctk --version: no version printed)" in silent[0]
     old = p.problems("gpu-1", facts(), toolkit(version="1.14.0"), OPTIONS)

@@ -70,3 +70,18 @@ def test_a_typo_names_the_closest_documented_variable(known):
     assert "Nothing was changed" in message
     assert v.problem("gpu-1", ["mig_node_config_name", "__mig_node_x", "other_var"], known) is None
     assert "unknown variables gpuops_mig_serail (did you mean" in v.problem("h", ["gpuops_mig_serail", "mig_node_x"], known)
+
+
+def test_a_deprecated_variable_is_known_warned_about_and_documented_nowhere(known):
+    """Released variables that go in 1.0.0: accepted (not taken for typos), one message each, and gone
+    from every argument spec and defaults file (so ansible-doc no longer lists them)."""
+    assert set(v.DEPRECATED_VARIABLES) <= known
+    assert not set(v.DEPRECATED_VARIABLES) & v.spec_options(ROLES)
+    for path in glob.glob(os.path.join(ROLES, "*", "defaults", "main.yml")):
+        with open(path) as handle:
+            assert not set(yaml.safe_load(handle) or {}) & set(v.DEPRECATED_VARIABLES), path
+    assert v.problem("h", ["mig_node_reboot_post_delay"], known) is None
+    assert v.deprecated(["mig_node_config_name", "mig_device_plugin_wait", "mig_device_plugin_wait"]) == [
+        "mig_device_plugin_wait is deprecated and goes in gpuops.mig 1.0.0: set mig_device_plugin_wait_timeout "
+        "to '' for no wait."]
+    assert v.deprecated(["mig_node_config_name"]) == []
