@@ -43,7 +43,7 @@ from bench_fleet import kube_env  # noqa: E402  (the emulator's client environme
 
 THREE = [{"gpus": "all", "devices": {"2g.20gb": 3}}]
 KEEP_TWO = [{"gpus": "all", "devices": {"2g.20gb": 2, "3g.40gb": 1}}]
-FAST = {"mig_node_validate_delay": "1", "mig_node_drain_retry_delay": "1"}
+FAST = {"mig_node_validate_delay": "1"}
 DOCS = os.path.join(REPO, "docs", "rollout.md")
 MARK_BEGIN = "<!-- bench_live results begin -->"
 MARK_END = "<!-- bench_live results end -->"

@@ -47,6 +47,7 @@ DEPRECATED_VARIABLES = {
     "mig_node_reboot_test_command": "ansible.builtin.reboot's own test_command (whoami) is used",
     "mig_node_reboot_post_delay": "the reboot checks the host as soon as it answers",
     "mig_node_mig_manager_delay": "mig-manager is polled every mig_node_validate_delay seconds",
+    "mig_node_drain_retry_delay": "a refused eviction is retried every mig_node_validate_delay seconds",
     "mig_node_operand_wait_timeout": "operand pods are waited for mig_node_drain_timeout seconds",
     "mig_node_smoke_test_timeout": "smoke pods are waited for mig_node_validate_timeout seconds",
     "mig_device_plugin_create_namespace": "the release's namespace is always created when missing",

@@ -66,7 +66,7 @@ PAUSED = "paused-for-mig-change"
 # real-cluster timeouts (a crashed holder's lease expires after its duration).
 # A crashed run's lease is taken over once it has not been renewed for its duration: short here.
 LEASE_SECONDS = 20
-RERUN_VARS = {"mig_node_validate_delay": "1", "mig_node_drain_retry_delay": "1",
+RERUN_VARS = {"mig_node_validate_delay": "1",
               "mig_node_lease_duration": str(LEASE_SECONDS)}
 TARGET = {
     "node-a": {0: {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}},   # all-balanced on an A100-40GB

@@ -14,7 +14,7 @@ from test_roles import STATE, Fleet
 pytestmark = pytest.mark.playbook
 
 LAYOUT = [{"gpus": "all", "devices": {"2g.12gb": 2}}]
-FAST = {"mig_node_validate_delay": "1", "mig_node_drain_retry_delay": "1"}
+FAST = {"mig_node_validate_delay": "1"}
 LAST_ERROR = "gpuops.mig/last-error"
 
 

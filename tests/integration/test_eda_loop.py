@@ -264,7 +264,7 @@ def test_a_round_applies_a_node_whose_running_pods_keep_their_devices_and_they_r
                   seed.pod("running-2", node="gpu-a", limits={MIG_3G: 1}, phase="Running"))
     gone = evictions(kube_api)
     round_vars = {"gpuops_mig_round_dir": str(tmp_path / "rounds"), "gpuops_mig_round_cooldown": 0,
-                  "gpuops_mig_round_max_nodes": 2, "mig_node_validate_delay": "1", "mig_node_drain_retry_delay": "1"}
+                  "gpuops_mig_round_max_nodes": 2, "mig_node_validate_delay": "1"}
     with PodResourcesServer(sock, node_source(kube_api, "gpu-b")):
         # 1. Two 1g.10gb pods: gpu-b (no pod yet) gets the devices, the pods run and hold them.
         kube_api.seed(seed.pod("small-1", limits={MIG_1G: 1}), seed.pod("small-2", limits={MIG_1G: 1}))
@@ -346,7 +346,7 @@ def test_every_documented_round_setting_reaches_the_round(kube_api, kube_env, tm
     run = fleet.run("playbooks/demand_round.yml", {
         "gpuops_mig_round_dir": str(round_dir), "gpuops_mig_round_max_nodes": "2",
         "gpuops_mig_round_cooldown": "0", "gpuops_mig_round_dry_run": "False",
-        "mig_node_validate_delay": "1", "mig_node_drain_retry_delay": "1"})
+        "mig_node_validate_delay": "1"})
     assert run.returncode == 0, output(run)
     assert "Batch 1: gpu-b, gpu-c (2 node(s) of the 2 that change)" in run.stdout, output(run)
     assert "Batch 2" not in run.stdout
@@ -390,8 +390,7 @@ def test_a_round_whose_node_fails_releases_its_lease_reports_and_leaves_only_tha
     sim.add_fault(fleet.state_path("gpu-c"), "nvmlDeviceCreateGpuInstanceWithPlacement",
                   "INSUFFICIENT_RESOURCES", sticky=True)
     round_dir = tmp_path / "rounds"
-    round_vars = {"gpuops_mig_round_dir": str(round_dir), "mig_node_validate_delay": "1",
-                  "mig_node_drain_retry_delay": "1"}
+    round_vars = {"gpuops_mig_round_dir": str(round_dir), "mig_node_validate_delay": "1"}
     run = fleet.run("playbooks/demand_round.yml", round_vars)
     assert run.returncode != 0
     assert "1 node(s) failed in round" in run.stdout, output(run)
@@ -456,7 +455,7 @@ def test_a_pod_bound_after_the_plan_to_a_device_it_destroys_defers_the_node_to_t
     unhook = kube_api.on("modified", bind_late, kind="Node")
     round_dir = tmp_path / "rounds"
     round_vars = {"gpuops_mig_round_dir": str(round_dir), "gpuops_mig_round_cooldown": 0,
-                  "mig_node_validate_delay": "1", "mig_node_drain_retry_delay": "1"}
+                  "mig_node_validate_delay": "1"}
     with PodResourcesServer(sock, pod_map):
         kube_api.seed(seed.pod("wants-3g-1", limits={MIG_3G: 1}),
                       seed.pod("wants-3g-2", limits={MIG_3G: 1}))

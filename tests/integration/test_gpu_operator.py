@@ -33,7 +33,7 @@ LAYOUTS = {
     },
 }
 USER_CONFIG = "mig-layouts"
-FAST = {"mig_node_validate_delay": "1", "mig_node_drain_retry_delay": "1",
+FAST = {"mig_node_validate_delay": "1",
         "mig_node_mig_manager_timeout": "60", "mig_node_validate_timeout": "60"}
 
 

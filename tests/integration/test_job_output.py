@@ -13,7 +13,7 @@ pytestmark = pytest.mark.playbook
 
 SECRET = "s3cr3t-Token-4f1c9e"
 LAYOUT = [{"gpus": "all", "devices": {"2g.12gb": 2}}]
-FAST = {"mig_node_validate_delay": "1", "mig_node_drain_retry_delay": "1"}
+FAST = {"mig_node_validate_delay": "1"}
 
 
 def with_env(obj, env):

@@ -18,7 +18,7 @@ MIG_2G = "nvidia.com/mig-2g.20gb"
 THREE = [{"gpus": "all", "devices": {"2g.20gb": 3}}]
 # 3g.40gb takes memory slices 4-7 of an H100-80GB: the 2g.20gb device at 4 goes, those at 0 and 2 stay.
 KEEP_TWO = [{"gpus": "all", "devices": {"2g.20gb": 2, "3g.40gb": 1}}]
-FAST = {"mig_node_validate_delay": "1", "mig_node_drain_retry_delay": "1"}
+FAST = {"mig_node_validate_delay": "1"}
 
 
 def pods_by_name(kube_api):

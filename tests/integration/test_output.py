@@ -17,7 +17,7 @@ def test_a_rollout_an_operator_can_follow(cluster, cluster_env, tmp_path):
     fleet.add("node-1", "1xA30-24GB", mig_node_layouts=[{"gpus": "all", "devices": {"2g.12gb": 2}}])
     bad = fleet.add("node-2", "1xA30-24GB", mig_node_layouts=[{"gpus": "all", "devices": {"1g.6gb": 4}}])
     sim.add_fault(bad, "nvmlDeviceCreateGpuInstanceWithPlacement", "INSUFFICIENT_RESOURCES")
-    knobs = {"gpuops_mig_max_fail_percentage": 100, "mig_node_validate_delay": 1, "mig_node_drain_retry_delay": 1}
+    knobs = {"gpuops_mig_max_fail_percentage": 100, "mig_node_validate_delay": 1}
 
     first = fleet.run("playbooks/site.yml", knobs)
     lines = first.stdout.splitlines()

@@ -106,7 +106,7 @@ def test_site_applies_the_plan_and_the_pending_pods_then_fit(kube_api, kube_env,
                                            "gpuops_mig_plan_vars_file": str(vars_file)})
     assert run.returncode == 0, output(run)
     plan = yaml.safe_load(vars_file.read_text())
-    site = fleet.run("playbooks/site.yml", dict(plan, mig_node_validate_delay="1", mig_node_drain_retry_delay="1"))
+    site = fleet.run("playbooks/site.yml", dict(plan, mig_node_validate_delay="1"))
     assert site.returncode == 0, output(site)
     allocatable = {n: kube_api.get("Node", n)["status"]["allocatable"] for n in ("gpu-a", "gpu-b")}
     assert int(allocatable["gpu-a"].get("nvidia.com/mig-1g.10gb", 0)) >= 2, allocatable

@@ -23,7 +23,7 @@ def test_canary_failure_stops_the_rollout_then_report_then_disable(cluster, clus
 
     # Canary first; survey answers as strings.
     survey = {"gpuops_mig_canary": "true", "gpuops_mig_serial": "1", "gpuops_mig_max_fail_percentage": "0",
-              "mig_node_drain_retry_delay": "1", "mig_node_validate_delay": "1"}
+              "mig_node_validate_delay": "1"}
     site = fleet.run("playbooks/site.yml", survey)
     assert site.recap["gpu-bad"]["failed"] == 1, output(site)
     assert "MIG reconfiguration of gpu-bad failed at 'Apply the MIG geometry'" in site.stdout, output(site)
@@ -235,7 +235,7 @@ def test_a_tolerated_failure_lets_the_batch_finish_and_one_beyond_it_stops_with_
     for name in ("gpu-a", "gpu-b"):
         fleet.add(name, "1xA30-24GB", mig_node_layouts=[{"gpus": "all", "devices": {"1g.6gb": 4}}])
     sim.add_fault(bad, "nvmlDeviceCreateGpuInstanceWithPlacement", "INSUFFICIENT_RESOURCES", sticky=True)
-    fast = {"gpuops_mig_serial": "3", "mig_node_drain_retry_delay": "1", "mig_node_validate_delay": "1",
+    fast = {"gpuops_mig_serial": "3", "mig_node_validate_delay": "1",
             "gpuops_mig_deploy_device_plugin": "false", "mig_node_validate": "false"}
 
     # One of three fails, 33 % of the batch: beyond a 20 % tolerance. The other two finish their workflow, the

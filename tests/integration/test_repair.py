@@ -17,7 +17,7 @@ from test_roles import DCGM_EXPORTER, STATE, Fleet
 pytestmark = pytest.mark.playbook
 
 LAYOUT = [{"gpus": "all", "devices": {"2g.12gb": 2}}]
-FAST = {"mig_node_validate_delay": "1", "mig_node_drain_retry_delay": "1"}
+FAST = {"mig_node_validate_delay": "1"}
 PAUSED = "paused-for-mig-change"
 
 

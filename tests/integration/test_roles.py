@@ -225,7 +225,7 @@ def test_node_workflow_end_to_end_then_converged_rerun(cluster, cluster_env, tmp
     cluster.on("modified", run_smoke, kind="Pod")
 
     # Survey answers arrive as strings.
-    awx = {"mig_node_pause_operands": "true", "mig_node_drain_timeout": "60", "mig_node_drain_retry_delay": "1",
+    awx = {"mig_node_pause_operands": "true", "mig_node_drain_timeout": "60",
            "mig_node_validate_timeout": "30", "mig_node_validate_delay": "1", "mig_node_reset_gpus": "true"}
     proc = fleet.run("tests/integration/playbooks/mig_node.yml", awx)
     out = proc.stdout + proc.stderr
@@ -331,7 +331,7 @@ def test_a_failed_drain_leaves_the_boot_time_restore_of_the_layout_the_node_hold
     before = fleet.digest("node-p")
     proc = fleet.run("tests/integration/playbooks/mig_node.yml", {
         "mig_node_layouts": [{"gpus": "all", "devices": {"1g.5gb": 7}}],
-        "mig_node_drain_timeout": 2, "mig_node_drain_retry_delay": 1})
+        "mig_node_drain_timeout": 2, "mig_node_validate_delay": 1})
     assert proc.recap["node-p"]["failed"] == 1, output(proc)
     assert re.search(r"MIG reconfiguration of node-p failed at '[^']*'.*db-0", proc.stdout, re.S), output(proc)
     assert cluster.get("Node", "node-p")["metadata"]["labels"][STATE] == "failed"
@@ -340,7 +340,7 @@ def test_a_failed_drain_leaves_the_boot_time_restore_of_the_layout_the_node_hold
 
     # MIG off once the budget lets the pod go: the restore is removed inside the window too.
     cluster.patch("PodDisruptionBudget", "db", {"spec": {"maxUnavailable": 1}})
-    off = fleet.run("playbooks/disable.yml", {"mig_node_drain_retry_delay": 1})
+    off = fleet.run("playbooks/disable.yml", {"mig_node_validate_delay": 1})
     assert off.recap["node-p"]["failed"] == 0, output(off)
     assert [g["mig"] for g in sim.load_state(fleet.state_path("node-p"))["gpus"]] == [{"current": 0, "pending": 0}]
     assert not desired.exists() and not (fleet.dir / "node-p" / "etc" / "systemd" / "system" /

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.playbook
 PLAYBOOK = "tests/integration/playbooks/mig_node.yml"
 CONFIG_FILE = os.path.join(EXAMPLE, "mig-parted-config.yaml")
 LAYOUTS = {"all-balanced": {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}, "all-3g": {"3g.20gb": 2}}
-FAST = {"mig_node_validate_delay": 1, "mig_node_drain_retry_delay": 1, "mig_node_validate_timeout": 30}
+FAST = {"mig_node_validate_delay": 1, "mig_node_validate_timeout": 30}
 LAST_ERROR = "gpuops.mig/last-error"
 
 
@@ -377,7 +377,7 @@ def test_a_converged_pass_all_refused_still_changes_the_free_nodes_and_summarize
     its end."""
     fleet = Fleet(tmp_path, cluster, cluster_env)
     layout = [{"gpus": "all", "devices": {"2g.12gb": 2}}]
-    fast = {"mig_node_validate_delay": "1", "mig_node_drain_retry_delay": "1"}
+    fast = {"mig_node_validate_delay": "1"}
     fleet.add("node-a", "1xA30-24GB", mig_node_layouts=layout)
     assert fleet.run("playbooks/site.yml", fast).returncode == 0
     cluster.patch(

@@ -36,7 +36,7 @@ def test_typo_skip_and_force(cluster, cluster_env, tmp_path):
     busy = fleet.add("gpu-busy", "1xH100-SXM5-80GB", mig_node_layouts=SEVEN_1G)
     proc = busy_3g(busy)
     fleet.add("gpu-free", "1xH100-SXM5-80GB", mig_node_layouts=SEVEN_1G)
-    fast = {"mig_node_drain_retry_delay": "1", "mig_node_validate_delay": "1"}
+    fast = {"mig_node_validate_delay": "1"}
     try:
         # A misspelt variable is refused by the preview, with the closest documented name; nothing changes.
         before = {name: fleet.digest(name) for name in fleet.hosts}

@@ -47,7 +47,7 @@ def test_two_slices_at_once_roll_the_fleet_and_deploy_one_device_plugin(kube_api
     for name in names:
         fleet.add(name, "1xH100-SXM5-80GB", mig_node_layouts=LAYOUT)
     slices = [names[0::2], names[1::2]]     # AWX distributes the inventory's hosts evenly
-    extravars = {"gpuops_mig_serial": "1", "mig_node_validate_delay": "1", "mig_node_drain_retry_delay": "1"}
+    extravars = {"gpuops_mig_serial": "1", "mig_node_validate_delay": "1"}
 
     runners = run_slices(fleet, tmp_path, slices, extravars)
     for number, runner in runners.items():
