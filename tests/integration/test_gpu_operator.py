@@ -235,7 +235,8 @@ def test_hand_a_node_back_to_mig_manager(kube_api, kube_env, tmp_path):
      "the driver root /nonexistent/driver holds no NVIDIA driver"),
     ({"mig_node_config_name": "layout-a", "gpuops_mig_deploy_device_plugin": "true"},
      "already runs the device plugin; two would advertise the same GPUs"),
-    # Without operator detection in the preview, the device-plugin play still reads the ClusterPolicy itself.
+    # Without operator detection in the preview (deprecated), the device-plugin play still reads the
+    # ClusterPolicy itself.
     ({"mig_node_operator_detect": "false", "mig_node_layouts": [{"gpus": "all", "devices": {"3g.40gb": 2}}],
       "gpuops_mig_deploy_device_plugin": "true"},
      "already runs the device plugin; two would advertise the same GPUs"),
