@@ -290,15 +290,16 @@ def node_plan(host: str, settings: Mapping[str, Any], planned: Sequence[Mapping[
 def config_map_ref(host: str, value: Any) -> tuple[str, str]:
     """(namespace, name) of mig_node_device_plugin_config_map, written `[namespace/]name`; an empty
     namespace means the GPU Operator's. Raises SharingError for anything else."""
-    text = "" if value is None else value
-    parts = text.split("/") if isinstance(text, str) and text else []
+    if value in (None, ""):
+        return "", ""
+    parts = value.split("/") if isinstance(value, str) else []
     rules = (_NAMESPACE, _CONFIG_MAP) if len(parts) == 2 else (_CONFIG_MAP,)
-    if text != "" and (len(parts) not in (1, 2) or not all(
-            len(part) <= 253 and checks.whole(rule, part) for rule, part in zip(rules, parts))):
+    if not 1 <= len(parts) <= 2 or not all(
+            len(part) <= 253 and checks.whole(rule, part) for rule, part in zip(rules, parts)):
         raise SharingError("%s: mig_node_device_plugin_config_map must be a ConfigMap name or namespace/name "
                            "(lowercase letters, digits, '-' and '.'), got %s. Nothing was changed."
                            % (host, describe(value)))
-    return ("", text) if len(parts) < 2 else (parts[0], parts[1])
+    return ("", parts[0]) if len(parts) == 1 else (parts[0], parts[1])
 
 
 def _config_map(host, settings, operator):
