@@ -203,7 +203,7 @@ def desired_of(params: Mapping[str, Any]) -> dict[str, Any]:
     root = params.get("root") or ""
     return {
         "device_nodes_root": None if container else root or "/",
-        "cdi_spec_paths": [] if container else [root + path for path in cdi.DEFAULT_SPEC_PATHS],
+        "cdi_spec_paths": [] if container else cdi.spec_paths(root),
         "format": FORMAT,
         "config": params.get("config"),
         "layouts": params.get("layouts"),

@@ -28,6 +28,14 @@ class CdiError(GpuopsError):
     """The spec could not be regenerated (nothing was replaced)."""
 
 
+def spec_paths(root: str | None, paths: Iterable[str] = DEFAULT_SPEC_PATHS) -> list[str]:
+    """``paths`` under the host root ``root`` (empty or "/": the host's own root; another
+    directory for a simulated host, whose spec lives under it as every other file the roles
+    write there)."""
+    prefix = (root or "").rstrip("/")
+    return [prefix + path for path in paths]
+
+
 def spec_in_use(paths: Iterable[str], exists: Callable[[str], bool] = os.path.isfile) -> str | None:
     """The first of ``paths`` that exists: the spec the host uses (None: the host has none, nothing to do)."""
     return next((path for path in paths if exists(path)), None)

@@ -14,8 +14,9 @@ description:
     C(cdi-cri) device list strategies use it). C(nvidia-ctk cdi generate) describes the devices of the moment it
     runs, so after a MIG change the spec still names the old MIG devices, and pods fail with
     C(CreateContainerError), until it is regenerated.
-  - This module regenerates the spec the host uses - the first of O(spec_paths) that exists - with
-    C(nvidia-ctk cdi generate), to the same path and format, and replaces it only when it differs (C(changed)).
+  - This module regenerates the spec the host uses - the first of O(spec_paths) under O(root)
+    that exists - with C(nvidia-ctk cdi generate), to the same path and format, and replaces it
+    only when it differs (C(changed)).
     A host without any of them uses no CDI spec, and nothing is done.
   - The new spec is generated outside the spec directory first, and renamed into place keeping the old file's mode.
   - C(nvidia-ctk cdi generate) may run for 120 seconds; one that runs longer is killed and the
@@ -41,6 +42,12 @@ options:
     type: list
     elements: path
     default: [/etc/cdi/nvidia.yaml, /var/run/cdi/nvidia.yaml]
+  root:
+    description:
+      - The host's root directory, prefixed to each of O(spec_paths). V(/) on a host; another
+        directory for a simulated host (as O(gpuops.mig.mig_device_nodes#module:root)).
+    type: path
+    default: /
   command:
     description: The C(nvidia-ctk) to run (a name on C(PATH), or a path).
     type: str
@@ -55,7 +62,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 spec:
-  description: The spec regenerated, null when the host has none of O(spec_paths).
+  description: The spec regenerated (under O(root)), null when the host has none of O(spec_paths).
   returned: always
   type: str
   sample: /etc/cdi/nvidia.yaml
@@ -73,14 +80,16 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             spec_paths=dict(type="list", elements="path", default=list(cdi.DEFAULT_SPEC_PATHS)),
+            root=dict(type="path", default="/"),
             command=dict(type="str", default="nvidia-ctk"),
         ),
         supports_check_mode=True,
     )
-    path = cdi.spec_in_use(module.params["spec_paths"])
+    paths = cdi.spec_paths(module.params["root"], module.params["spec_paths"])
+    path = cdi.spec_in_use(paths)
     if path is None:
         module.exit_json(changed=False, spec=None, msg="No CDI spec here (%s): nothing to regenerate."
-                         % ", ".join(module.params["spec_paths"]))
+                         % ", ".join(paths))
     try:
         changed = cdi.refresh(path, timed_run(PROGRAM_TIMEOUT), module.params["command"],
                               module.check_mode)

@@ -75,9 +75,9 @@ def simulated_host(simulate: Any, host: str, python: str,
     }
     boot_id = (python, mig_sim, "boot-id", state)
     settings = {
-        # The boot-time restore, the driver's /proc and /dev/nvidia-caps under the host's root.
+        # The boot-time restore, the driver's /proc, /dev/nvidia-caps and the CDI spec under
+        # the host's root.
         "mig_node_persist_root": root,
-        "mig_node_device_nodes_root": root,
         # ansible.builtin.reboot refuses connection local: the stand-in systemctl reboots the
         # simulated host, and the simulator's boot id tells that it did.
         "mig_node_reboot_method": "command",

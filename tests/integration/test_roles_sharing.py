@@ -121,13 +121,15 @@ def test_the_cdi_spec_lists_the_new_mig_devices(kube_api, kube_env, tmp_path):
     fleet = Fleet(tmp_path, kube_api, kube_env)
     state = fleet.add("cdi-1", "1xA100-SXM4-40GB", mig_node_layouts=[{"gpus": "all", "devices": {"3g.20gb": 2}}],
                       mig_node_persist=False, mig_node_validate=False, mig_node_device_plugin_restart=False)
-    spec = tmp_path / "cdi" / "nvidia.yaml"
-    spec.parent.mkdir()
+    # Under the host's root (mig_node_persist_root), the second of the default paths: the first
+    # is absent.
+    spec = fleet.dir / "cdi-1" / "var" / "run" / "cdi" / "nvidia.yaml"
+    spec.parent.mkdir(parents=True)
     env = dict(fleet.env, GPUOPS_MIG_SIMULATE=state)
     subprocess.run([os.path.join(REPO, "simulator", "bin", "nvidia-ctk"), "cdi", "generate", "--output=%s" % spec],
                    env=env, check=True)
     assert cdi_names(spec) == sorted(["0", sim.load_state(state)["gpus"][0]["uuid"], "all"])   # no MIG device yet
-    fleet.hosts["cdi-1"]["mig_node_cdi_spec_paths"] = [str(tmp_path / "none.yaml"), str(spec)]
+    assert not (fleet.dir / "cdi-1" / "etc" / "cdi" / "nvidia.yaml").exists()
 
     proc = fleet.run(PLAYBOOK, FAST)
     assert proc.recap["cdi-1"]["failed"] == 0, output(proc)

@@ -74,3 +74,15 @@ def test_a_generate_that_times_out_leaves_the_spec_as_it_is(tmp_path):
                                            r"spec .* was left as it is\.$"):
         cdi.refresh(str(spec), hangs)
     assert spec.read_text() == "old\n"
+
+
+@pytest.mark.parametrize("root", ["", None, "/"])
+def test_the_spec_paths_of_the_hosts_own_root_are_the_defaults(root):
+    assert cdi.spec_paths(root) == ["/etc/cdi/nvidia.yaml", "/var/run/cdi/nvidia.yaml"]
+
+
+@pytest.mark.parametrize("root", ["/srv/h1", "/srv/h1/"])
+def test_a_simulated_hosts_spec_paths_are_under_its_root(root):
+    assert cdi.spec_paths(root) == ["/srv/h1/etc/cdi/nvidia.yaml",
+                                    "/srv/h1/var/run/cdi/nvidia.yaml"]
+    assert cdi.spec_paths(root, ["/x.yaml"]) == ["/srv/h1/x.yaml"]
