@@ -28,6 +28,7 @@ from ansible_collections.gpuops.mig.plugins.module_utils._errors import ConfigEr
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _layout_source as layout_source
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _handoff as handoff
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_decision as node_decision
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_records as node_records
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _preflight as preflight
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _role_contract as role_contract
 from ansible_collections.gpuops.mig.plugins.plugin_utils._plain import plain
@@ -174,6 +175,8 @@ class ActionModule(ActionBase):
                     result["deprecations"] = deprecations
             # dynamic-dra and dynamic-hami: the hand-off path, and who partitions the node from then on
             args["operator_mode"], args["dynamic_partitioner"] = handoff.split_mode(args["operator_mode"])
+            # Outside Kubernetes, the host's hold and owed record (lease.yml, clients_*.yml, repair.yml)
+            result["host_files"] = node_records.host_files(args["host_root"])
             if args["decide"]:
                 layout = self._layout(host, args, task_vars)
                 module_args = dict(layout["module_args"])
@@ -261,8 +264,9 @@ class ActionModule(ActionBase):
         kind, name = source_of["kind"], source_of["config_name"]
         origin = configmap = None
         if kind == layout_source.CONFIGMAP:
-            candidates = [args["configmap"]] if args["configmap"] else operator["mig_manager"]["config_maps"]
-            namespace = args["configmap_namespace"] or operator.get("namespace") or "gpu-operator"
+            namespace, named = sharing.config_map_ref(host, args["configmap"], "mig_node_config_configmap")
+            candidates = [named] if named else operator["mig_manager"]["config_maps"]
+            namespace = namespace or operator.get("namespace") or "gpu-operator"
             found = node_decision.config_from_configmaps(args["configmaps"].get(namespace) or [], candidates,
                                                          namespace, args["configmap_key"], host)
             if found["error"]:
@@ -347,7 +351,7 @@ class ActionModule(ActionBase):
         if read_args["read_allocations"] and args["dra_allocations"] is not None:   # the node's ResourceClaims
             read_args["dra_allocations"] = args["dra_allocations"]
         if not args["kubernetes"]:      # a Kubernetes node keeps its owed record on the Node
-            read_args["owed_file"] = args["owed_file"]
+            read_args["owed_file"] = node_records.host_files(args["host_root"])["owed"]
         if checks.get("container_toolkit_command"):
             read_args["container_toolkit_command"] = checks["container_toolkit_command"]
         info = self._execute_module("gpuops.mig.mig_node_info", module_args=read_args, task_vars=task_vars)

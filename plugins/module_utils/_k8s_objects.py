@@ -16,6 +16,7 @@ import copy
 from typing import Any, Iterable, Mapping, Sequence
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _dra_claims as dra_claims
+from ansible_collections.gpuops.mig.plugins.module_utils import _input as checks
 from ansible_collections.gpuops.mig.plugins.module_utils import _rbac as rbac
 
 # The node label protocol shared with the GPU Operator's mig-manager (NVIDIA/mig-parted), and the marks this
@@ -48,10 +49,7 @@ CLUSTER_READ_OPTIONS = dict(
     operator=dict(type="bool", default=True),
     nodes=dict(type="bool", default=True),
     node_status=dict(type="bool", default=False),
-    configmaps=dict(type="list", elements="dict", default=[], options=dict(
-        name=dict(type="str", required=True),
-        namespace=dict(type="str", default=""),
-    )),
+    configmaps=dict(type="list", elements="raw", default=[]),
     operator_config_nodes=dict(type="list", elements="str", default=[]),
     leases=dict(type="list", elements="str", default=[]),
     lease_namespace=dict(type="str", default="default"),
@@ -119,13 +117,32 @@ def operator_configmaps(cluster_policies: Iterable[Mapping[str, Any]], node_name
     return names
 
 
+_NAMESPACE = checks.pattern(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")     # a DNS label
+_CONFIG_MAP = checks.pattern(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")      # a DNS subdomain (253 at most)
+
+
+def configmap_ref(value: Any) -> dict[str, str] | None:
+    """{name, namespace} of a ConfigMap a role variable names, written `[namespace/]name` (or given as
+    {name, namespace}); an empty namespace is the GPU Operator's. None for anything else."""
+    if isinstance(value, Mapping):
+        value = "%s/%s" % (value.get("namespace") or "", value.get("name")) if value.get("namespace") \
+            else value.get("name")
+    parts = value.split("/") if isinstance(value, str) else []
+    rules = (_NAMESPACE, _CONFIG_MAP) if len(parts) == 2 else (_CONFIG_MAP,)
+    if not 1 <= len(parts) <= 2 or not all(
+            len(part) <= 253 and checks.whole(rule, part) for rule, part in zip(rules, parts)):
+        return None
+    return {"namespace": parts[0] if len(parts) == 2 else "", "name": parts[-1]}
+
+
 def configmaps_to_read(requested: Iterable[Mapping[str, str]], cluster_policies: Iterable[Mapping[str, Any]],
                        operator_ns: str, node_names: Sequence[str] = ()) -> dict[str, list[str]]:
-    """{namespace: [names]}: the ConfigMaps asked for ({name, namespace}; an empty namespace is the GPU Operator's)
-    and, with a ClusterPolicy, the operator's config ConfigMaps; each name once, in a stable order."""
+    """{namespace: [names]}: the ConfigMaps asked for (configmap_ref's forms; one of no such form is
+    not read: the preview refuses it, naming the variable) and, with a ClusterPolicy, the operator's
+    config ConfigMaps; each name once, in a stable order."""
     wanted = {}
-    for item in requested:
-        wanted.setdefault(item.get("namespace") or operator_ns, set()).add(item["name"])
+    for item in filter(None, map(configmap_ref, requested)):
+        wanted.setdefault(item["namespace"] or operator_ns, set()).add(item["name"])
     for name in operator_configmaps(cluster_policies, node_names):
         wanted.setdefault(operator_ns, set()).add(name)
     return dict((namespace, sorted(names)) for namespace, names in sorted(wanted.items()))

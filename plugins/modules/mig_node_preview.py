@@ -51,11 +51,11 @@ options:
       - Take every setting below that the task does not give from the variables of the M(gpuops.mig.mig_node) role
         the task runs in, as the role's argument spec checks and types them (C(mig_node_kubernetes),
         C(mig_node_k8s_node_name), C(mig_node_config), C(mig_node_config_file), C(mig_node_layouts),
-        C(mig_node_config_configmap), C(mig_node_config_configmap_namespace), C(mig_node_config_configmap_key),
+        C(mig_node_config_configmap), C(mig_node_config_configmap_key),
         C(mig_node_config_name), C(mig_node_config_from_label), C(mig_node_allow_unmatched), C(mig_node_force),
         C(mig_node_mig_strategy), C(mig_node_operator_mode), C(mig_node_reboot_method), C(mig_node_reboot_command),
         C(mig_node_driver_root), C(mig_node_drain), C(mig_node_pod_resources_socket),
-        C(mig_node_owed_file), C(mig_node_sharing), C(mig_node_device_plugin_config_map),
+        C(mig_node_persist_root) as O(host_root), C(mig_node_sharing), C(mig_node_device_plugin_config_map),
         C(mig_node_device_plugin_config_name),
         C(mig_node_dynamic_take_back), C(mig_node_gpu_clients),
         C(mig_node_operand_components), and O(restore) from
@@ -114,11 +114,9 @@ options:
     elements: dict
     default: []
   configmap:
-    description: The ConfigMap that holds the config (else the GPU Operator's), from C(mig_node_config_configmap).
-    type: str
-    default: ""
-  configmap_namespace:
-    description: Its namespace; empty is the GPU Operator's namespace, else C(gpu-operator).
+    description:
+      - The ConfigMap that holds the config (else the GPU Operator's), from C(mig_node_config_configmap),
+        written C([namespace/]name); without a namespace, the GPU Operator's, else C(gpu-operator).
     type: str
     default: ""
   configmap_key:
@@ -235,12 +233,15 @@ options:
         handed to M(gpuops.mig.mig_node_info), where it joins the kubelet's answer. Only with Kubernetes.
     type: dict
     version_added: 0.2.0
-  owed_file:
+  host_root:
     description:
-      - On a host outside Kubernetes, the file in which a rollout records what it must put back; a record left
-        by a run that did not finish is repaired first (the decision's C(repair)).
-    type: path
-    default: /var/lib/gpuops-mig/owed.json
+      - The host's root (the mig_node role's C(mig_node_persist_root)); empty means C(/).
+      - On a host outside Kubernetes, a rollout records what it must put back in
+        C(var/lib/gpuops-mig/owed.json) under it; a record left by a run that did not finish is
+        repaired first (the decision's C(repair)). Its hold is C(run/gpuops-mig/lock) there
+        (RV(host_files)).
+    type: str
+    default: ''
   sharing:
     description:
       - "How the device plugin time-slices the layout's MIG devices: C({profile: {strategy, replicas, rename,
@@ -346,6 +347,14 @@ decision:
       a C(summary). See C(plugins/plugin_utils/_node_decision.py).
   returned: success and O(decide=true)
   type: dict
+host_files:
+  description:
+    - "Where a host outside Kubernetes keeps its records, under O(host_root): C(lock), the hold of
+      M(gpuops.mig.mig_node_lease) (O(gpuops.mig.mig_node_lease#module:lock_file)), and C(owed), what a
+      rollout must put back."
+  returned: success
+  type: dict
+  sample: {lock: /run/gpuops-mig/lock, owed: /var/lib/gpuops-mig/owed.json}
 info:
   description: M(gpuops.mig.mig_node_info)'s result without RV(facts).
   returned: success and O(decide=true)

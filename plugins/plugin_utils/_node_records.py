@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import re
 from typing import Any, Iterable, Mapping
 
@@ -30,6 +31,17 @@ FAILED_REASON = "MigReconfigureFailed"
 DONE_REASON = "MigReconfigured"
 COMPONENT = "gpuops.mig"
 MESSAGE_LIMIT = 1024                 # events.k8s.io caps a note at 1 kB; the core Event is kept as short
+
+
+# Where a host outside Kubernetes keeps its records, under its root (mig_node_persist_root; a
+# simulated host's directory): the hold in /run, gone with a reboot as the run that held it is;
+# what a run owes in /var/lib, kept across the reboot it may have to outlive.
+HOST_FILES = {"lock": ("run", "gpuops-mig", "lock"), "owed": ("var", "lib", "gpuops-mig", "owed.json")}
+
+
+def host_files(root: str | None) -> dict[str, str]:
+    """{lock, owed}: the paths of the host's hold and owed record under its root ('' or None: /)."""
+    return dict((name, os.path.join(root or "/", *parts)) for name, parts in HOST_FILES.items())
 
 
 def _utc(now=None):

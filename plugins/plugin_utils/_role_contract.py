@@ -25,15 +25,15 @@ VALIDATION_KEYS = ("type", "elements", "choices", "default", "required", "option
 # mig_node_preview's options that the mig_node role's variables feed (role_variables=true): each is the role
 # variable "mig_node_<option>", except the few whose option name is shorter than the variable's.
 NODE_ROLE_OPTIONS = ("kubernetes", "k8s_node_name", "config", "config_file", "layouts", "configmap",
-                     "configmap_namespace", "configmap_key", "config_name", "config_from_label", "allow_unmatched",
+                     "configmap_key", "config_name", "config_from_label", "allow_unmatched",
                      "force", "strategy", "operator_mode", "reboot_method", "reboot_command", "driver_root", "drain",
-                     "pod_resources_socket", "owed_file", "sharing", "device_plugin_config_map",
+                     "pod_resources_socket", "host_root", "sharing", "device_plugin_config_map",
                      "device_plugin_config_name",
                      "dynamic_take_back", "gpu_clients", "operand_components")
 # The boot-time restore's settings (the action's option restore), from mig_node_persist_<setting>.
 NODE_RESTORE_OPTIONS = ("reset", "before", "python", "root", "config_dir", "lib_dir", "script", "unit_dir")
-RENAMED = {"configmap": "mig_node_config_configmap", "configmap_namespace": "mig_node_config_configmap_namespace",
-           "configmap_key": "mig_node_config_configmap_key", "strategy": "mig_node_mig_strategy",
+RENAMED = {"configmap": "mig_node_config_configmap", "configmap_key": "mig_node_config_configmap_key",
+           "strategy": "mig_node_mig_strategy", "host_root": "mig_node_persist_root",
            "restore.reset": "mig_node_reset_gpus", "restore.before": "mig_node_persist_unit_before"}
 
 

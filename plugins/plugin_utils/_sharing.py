@@ -27,12 +27,9 @@ from typing import Any, Collection, Sequence
 
 from ansible_collections.gpuops.mig.plugins.plugin_utils._config_builder import describe
 from ansible_collections.gpuops.mig.plugins.module_utils import _input as checks
+from ansible_collections.gpuops.mig.plugins.module_utils import _k8s_objects as k8s_objects
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_decision as decision
-
-# mig_node_device_plugin_config_map's parts: a namespace (DNS label), a ConfigMap (DNS subdomain).
-_NAMESPACE = checks.pattern(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_CONFIG_MAP = checks.pattern(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 
 TIME_SLICING = "time-slicing"
 NONE = "none"
@@ -287,19 +284,16 @@ def node_plan(host: str, settings: Mapping[str, Any], planned: Sequence[Mapping[
             "data": write, "label": None if labels.get(CONFIG_LABEL) == entry else entry}
 
 
-def config_map_ref(host: str, value: Any) -> tuple[str, str]:
-    """(namespace, name) of mig_node_device_plugin_config_map, written `[namespace/]name`; an empty
-    namespace means the GPU Operator's. Raises SharingError for anything else."""
+def config_map_ref(host: str, value: Any, variable: str = "mig_node_device_plugin_config_map") -> tuple[str, str]:
+    """(namespace, name) of a ConfigMap variable written `[namespace/]name`; an empty namespace means the
+    GPU Operator's. Raises SharingError for anything else."""
     if value in (None, ""):
         return "", ""
-    parts = value.split("/") if isinstance(value, str) else []
-    rules = (_NAMESPACE, _CONFIG_MAP) if len(parts) == 2 else (_CONFIG_MAP,)
-    if not 1 <= len(parts) <= 2 or not all(
-            len(part) <= 253 and checks.whole(rule, part) for rule, part in zip(rules, parts)):
-        raise SharingError("%s: mig_node_device_plugin_config_map must be a ConfigMap name or namespace/name "
-                           "(lowercase letters, digits, '-' and '.'), got %s. Nothing was changed."
-                           % (host, describe(value)))
-    return ("", parts[0]) if len(parts) == 1 else (parts[0], parts[1])
+    ref = k8s_objects.configmap_ref(value) if isinstance(value, str) else None
+    if ref is None:
+        raise SharingError("%s: %s must be a ConfigMap name or namespace/name (lowercase letters, digits, "
+                           "'-' and '.'), got %s. Nothing was changed." % (host, variable, describe(value)))
+    return ref["namespace"], ref["name"]
 
 
 def _config_map(host, settings, operator):

@@ -75,17 +75,14 @@ def simulated_host(simulate: Any, host: str, python: str,
     }
     boot_id = (python, mig_sim, "boot-id", state)
     settings = {
-        # The boot-time restore, the driver's /proc, /dev/nvidia-caps and the CDI spec under
-        # the host's root.
+        # The boot-time restore, the driver's /proc, /dev/nvidia-caps, the CDI spec, and (every
+        # simulated host is this machine) the host's own lock and owed files under its root.
         "mig_node_persist_root": root,
         # ansible.builtin.reboot refuses connection local: the stand-in systemctl reboots the
         # simulated host, and the simulator's boot id tells that it did.
         "mig_node_reboot_method": "command",
         "mig_node_reboot_command": "systemctl reboot",
         "mig_node_reboot_boot_time_command": " ".join(shlex.quote(a) for a in boot_id),
-        # Every simulated host is this machine: each has its own lock and owed files.
-        "mig_node_lease_lock_file": os.path.join(root, "run", "gpuops-mig", "lock"),
-        "mig_node_owed_file": os.path.join(root, "var", "lib", "gpuops-mig", "owed.json"),
     }
     return {"state": state, "root": root, "create": create, "environment": environment,
             "settings": settings}

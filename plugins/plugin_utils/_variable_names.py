@@ -45,6 +45,7 @@ PLAYBOOK_VARIABLES = (
 # the roles still read a value set for one, and gpuops.mig.mig_node_preview warns about it (deprecated()).
 DEPRECATED_VARIABLES = {
     "mig_node_operator_detect": "a Kubernetes node's GPU Operator is always looked for",
+    "mig_node_config_configmap_namespace": "write mig_node_config_configmap as namespace/name",
     "mig_node_reboot_test_command": "ansible.builtin.reboot's own test_command (whoami) is used",
     "mig_node_reboot_post_delay": "the reboot checks the host as soon as it answers",
     "mig_node_mig_manager_delay": "mig-manager is polled every mig_node_validate_delay seconds",

@@ -1,7 +1,7 @@
 """Repair first (docs/rollout.md, "What happens when a run is interrupted"): a converged node on which a run
 that did not finish left its record of what it owed is put right by the next run, and reported `repaired`.
 On a Kubernetes node the record is the Node annotation gpuops.mig/owed; on a host outside Kubernetes, the file
-mig_node_owed_file. The crash sweep (tests/crash, test_crash_sweep.py) makes such records by killing runs;
+var/lib/gpuops-mig/owed.json under mig_node_persist_root. The crash sweep (tests/crash, test_crash_sweep.py) makes such records by killing runs;
 here they are written as such a run leaves them, so the repair is checked without the kill."""
 
 import json

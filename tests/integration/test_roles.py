@@ -387,7 +387,7 @@ def test_preview_reads_a_configmap_named_in_play_vars_and_checks_the_role_variab
     def preview(play_vars):
         playbook.write_text(yaml.safe_dump([{
             "name": "Preview", "hosts": "all", "gather_facts": False, "environment": "{{ gpuops_mig_environment }}",
-            "vars": dict({"mig_node_config_configmap": "fleet-mig", "mig_node_config_configmap_namespace": "mig-configs",
+            "vars": dict({"mig_node_config_configmap": "mig-configs/fleet-mig",
                           "mig_node_config_name": "half"}, **play_vars),
             "tasks": [{"ansible.builtin.import_role": {"name": "gpuops.mig.mig_node", "tasks_from": "preview",
                                                        "rolespec_validate": False}},
@@ -398,8 +398,18 @@ def test_preview_reads_a_configmap_named_in_play_vars_and_checks_the_role_variab
     assert proc.returncode == 0, output(proc)
     assert "SOURCE ConfigMap mig-configs/fleet-mig (key config.yaml)" in proc.stdout, output(proc)
     assert "layout 'half' is not in place" in proc.stdout
+    # The namespace in its own variable, deprecated: still read, and said once.
+    proc = preview({"mig_node_config_configmap": "fleet-mig", "mig_node_config_configmap_namespace": "mig-configs"})
+    assert proc.returncode == 0, output(proc)
+    assert "SOURCE ConfigMap mig-configs/fleet-mig (key config.yaml)" in proc.stdout, output(proc)
+    said = "mig_node_config_configmap_namespace is deprecated and goes in gpuops.mig 1.0.0"
+    assert (proc.stdout + proc.stderr).count(said) == 1, output(proc)
 
     before = fleet.digest("node-g")
+    proc = preview({"mig_node_config_configmap": "Mig-Configs/fleet-mig"})
+    assert proc.returncode != 0
+    assert "node-g: mig_node_config_configmap must be a ConfigMap name or namespace/name" in proc.stdout, \
+        output(proc)
     proc = preview({"mig_node_drain_timeout": "soon"})
     assert proc.returncode != 0
     assert "node-g: the mig_node role's variables are wrong, nothing was changed: argument " \

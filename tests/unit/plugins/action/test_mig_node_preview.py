@@ -59,7 +59,7 @@ def role_vars(**kw):
     """The mig_node role's variables as the argument spec check returns them (typed, every option present)."""
     base = dict(mig_node_kubernetes=True, mig_node_k8s_node_name="node-1", mig_node_config={}, mig_node_config_file="",
                 mig_node_layouts=[{"gpus": "all", "devices": {"3g.40gb": 2}}], mig_node_config_configmap="",
-                mig_node_config_configmap_namespace="", mig_node_config_configmap_key="config.yaml",
+                mig_node_config_configmap_key="config.yaml",
                 mig_node_config_name="", mig_node_config_from_label=True, mig_node_allow_unmatched=False,
                 mig_node_mig_strategy="mixed", mig_node_operator_mode="auto", mig_node_reboot_method="command",
                 mig_node_reboot_command="systemctl reboot", mig_node_driver_root="auto", mig_node_persist=True,
@@ -81,9 +81,10 @@ def test_options_come_from_the_role_variables_where_the_task_gives_none():
     assert got["layouts"] == [{"gpus": "all", "devices": {"3g.40gb": 2}}]
     # Empty role variables are "not set": the sources check sees one source, not four.
     # (their defaults are the role argument spec's: {}, "", "", "", each in UNSET)
-    assert all(got[name] in layout_source.UNSET for name in ("config", "config_file", "configmap", "configmap_namespace"))
+    assert all(got[name] in layout_source.UNSET for name in ("config", "config_file", "configmap"))
     assert layout_source.sources_of(got) == ["mig_node_layouts"]
     assert (got["config_name"], got["strategy"], got["reboot_method"]) == ("", "mixed", "command")
+    assert got["host_root"] == "/srv/root"      # the owed file and lock file go under it
     assert got["restore"] == {"reset": True, "before": ["kubelet.service"], "python": None, "root": "/srv/root",
                               "config_dir": "/etc/gpuops-mig", "lib_dir": "/usr/local/lib/gpuops-mig",
                               "script": "/usr/local/sbin/x", "unit_dir": "/etc/systemd/system"}

@@ -108,3 +108,11 @@ def test_owed_record_round_trip_and_settling():
 def test_a_record_gpuops_did_not_write_is_refused(text):
     with pytest.raises(records.OwedRecordError, match="is not a record gpuops.mig wrote"):
         records.read_owed({"metadata": {"annotations": {"gpuops.mig/owed": text}}})
+
+
+def test_a_hosts_lock_and_owed_files_follow_its_root():
+    assert records.host_files("") == {"lock": "/run/gpuops-mig/lock",
+                                      "owed": "/var/lib/gpuops-mig/owed.json"}
+    assert records.host_files("/sim/gpu-01") == {
+        "lock": "/sim/gpu-01/run/gpuops-mig/lock",
+        "owed": "/sim/gpu-01/var/lib/gpuops-mig/owed.json"}

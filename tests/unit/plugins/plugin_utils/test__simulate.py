@@ -65,8 +65,7 @@ def test_the_role_settings_keep_every_write_under_the_hosts_root():
     boot_id = shlex.split(settings["mig_node_reboot_boot_time_command"])
     assert boot_id == [PYTHON, "/c/tools/mig-sim", "boot-id", "/fleet/gpu 01.json"]
     paths = dict((k, v) for k, v in settings.items() if k.endswith(("_root", "_file")))
-    assert sorted(paths) == ["mig_node_lease_lock_file", "mig_node_owed_file",
-                             "mig_node_persist_root"]
+    assert sorted(paths) == ["mig_node_persist_root"]
     assert all(v == "/fleet/gpu 01" or v.startswith("/fleet/gpu 01/") for v in paths.values()), paths
 
 
