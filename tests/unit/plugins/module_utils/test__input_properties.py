@@ -22,13 +22,13 @@ from hypothesis import strategies as st
 from ansible_collections.gpuops.mig.plugins.module_utils import _migparted as migparted
 from ansible_collections.gpuops.mig.plugins.module_utils._errors import GpuopsError
 from ansible_collections.gpuops.mig.plugins.module_utils._gpu_selection import select_gpus
+from ansible_collections.gpuops.mig.plugins.module_utils import _stale_resources as stale
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _demand as demand
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _fleet_plan as fleet_plan
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _kueue as kueue
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _plan_demand as plan_demand
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _rounds as rounds
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _sharing as sharing
-from ansible_collections.gpuops.mig.plugins.plugin_utils import _stale_resources as stale
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _waits as waits
 from ansible_collections.gpuops.mig.plugins.plugin_utils._config_builder import build
 from ansible_collections.gpuops.mig.tests.unit.plugins.module_utils.fuzz_profile import FUZZ
