@@ -151,8 +151,8 @@ def node_outcome(node: str, outcome: str, run: Mapping[str, Any] | None = None,
     fail message (what was put back, what to do: _node_messages.reconfigure_failed); the
     mig-manager path fails with its own message, so it passes no host."""
     if outcome not in OUTCOMES:
-        raise OutcomeError("the outcome %s is none of %s" % (json.dumps(outcome, default=str)[:80],
-                                                           ", ".join(OUTCOMES)))
+        raise OutcomeError("the outcome %s is none of %s"
+                           % (json.dumps(outcome, default=str)[:80], ", ".join(OUTCOMES)))
     run = run or {}
     if outcome == "applied":
         return node_success(node, run, layout, now)

@@ -24,4 +24,3 @@ def test_outcome_as_the_role_calls_it():
 def test_an_unknown_outcome_is_a_filter_error():
     with pytest.raises(AnsibleFilterError, match="the outcome \"done\" is none of applied, failed"):
         FILTERS["mig_node_outcome"]("gpu-1", "done", RUN)
-
