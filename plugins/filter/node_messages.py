@@ -13,5 +13,4 @@ class FilterModule(object):
     def filters(self):
         return {
             "mig_mode_still_pending": messages.mode_still_pending,
-            "mig_reconfigure_failed": messages.reconfigure_failed,
         }

@@ -28,8 +28,7 @@ class FilterModule(object):
     def filters(self):
         return {
             "mig_rollout_identity": as_filter(rollout_identity, records.IdentityError),
-            "mig_node_failure": records.node_failure,
-            "mig_node_success": records.node_success,
+            "mig_node_outcome": as_filter(records.node_outcome, records.OutcomeError),
             "mig_clients_to_pause": records.clients_to_pause,
             "mig_owed_annotations": owed_annotations,
         }

@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 """What the mig_node role says when a node's change fails, on the controller (the role's fail and assert
-tasks print these; plugins/filter/node_messages.py wraps them)."""
+tasks print these; plugins/filter/node_messages.py wraps them, and _node_records.node_outcome
+reconfigure_failed)."""
 
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from ansible_collections.gpuops.mig.plugins.module_utils._k8s_objects import (
     LABEL_DEPLOY_PREFIX,
     PAUSED_VALUE,
 )
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_messages as messages
 
 OWED_ANNOTATION = "gpuops.mig/owed"           # what a run must put back (see "repair first" below)
 
@@ -142,6 +143,36 @@ def node_success(node: str, run: Mapping[str, Any], layout: str | None,
     return {"annotations": {LAST_ERROR_ANNOTATION: None, OWED_ANNOTATION: None},
             "event": event(node, run, DONE_REASON, "Normal", message, now),
             "message": message}
+
+
+OUTCOMES = ("applied", "failed")
+
+
+class OutcomeError(ValueError):
+    """An outcome the role does not record (neither applied nor failed)."""
+
+
+def node_outcome(node: str, outcome: str, run: Mapping[str, Any] | None = None,
+                 layout: str | None = None, step: str | None = None, result: Any = None,
+                 host: str | None = None, reboot_in_progress: bool = False,
+                 kubernetes: bool = True, state_label: str = "",
+                 reboot_timeout: int | str | None = None,
+                 now: datetime.datetime | None = None) -> dict[str, Any]:
+    """What the mig_node role records for a node's change: node_success (``applied``) or
+    node_failure (``failed``). A failure given the ``host`` also says, as ``summary``, the role's
+    fail message (what was put back, what to do: _node_messages.reconfigure_failed); the
+    mig-manager path fails with its own message, so it passes no host."""
+    if outcome not in OUTCOMES:
+        raise OutcomeError("the outcome %s is none of %s"
+                           % (json.dumps(outcome, default=str)[:80], ", ".join(OUTCOMES)))
+    run = run or {}
+    if outcome == "applied":
+        return node_success(node, run, layout, now)
+    out = node_failure(node, run, step, result, layout, now)
+    if host is not None:
+        out["summary"] = messages.reconfigure_failed(host, step, result, reboot_in_progress,
+                                                     kubernetes, state_label, reboot_timeout)
+    return out
 
 
 # -- what a run owes the node (repair first) ---------------------------------------

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_messages as m
 from ansible_collections.gpuops.mig.plugins.plugin_utils import _node_records as records
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.timezone.utc)
@@ -60,6 +61,31 @@ def test_success_clears_the_annotation_and_supersedes_with_a_normal_event():
     assert out["annotations"] == {"gpuops.mig/last-error": None, "gpuops.mig/owed": None}
     assert (out["event"]["reason"], out["event"]["type"]) == ("MigReconfigured", "Normal")
     assert out["event"]["message"] == "MIG layout 'all-3g' applied (gpuops.mig run 20260101T120000Z-1a2b3c4d)"
+
+
+def test_outcome_is_the_success_or_the_failure_record():
+    assert records.node_outcome("gpu-1", "applied", RUN, "all-3g", now=NOW) == records.node_success(
+        "gpu-1", RUN, "all-3g", NOW)
+    failed = records.node_outcome("gpu-1", "failed", RUN, "l", "x", {"msg": "y"}, now=NOW)
+    assert failed == records.node_failure("gpu-1", RUN, "x", {"msg": "y"}, "l", NOW)
+    assert "summary" not in failed          # the mig-manager path fails with its own message
+    # uncordon.yml: only the annotations a success removes, without a run.
+    assert records.node_outcome("gpu-1", "applied")["annotations"] == {
+        "gpuops.mig/last-error": None, "gpuops.mig/owed": None}
+
+
+def test_a_failure_given_the_host_says_what_the_role_fails_with():
+    out = records.node_outcome("gpu-1", "failed", RUN, "l", "Wait for the new boot", {}, host="n2",
+                               reboot_in_progress=True, kubernetes=True, state_label="s",
+                               reboot_timeout=5, now=NOW)
+    assert out["summary"] == m.reconfigure_failed("n2", "Wait for the new boot", {}, True, True, "s", 5)
+    assert out["summary"].startswith("MIG reconfiguration of n2 failed at 'Wait for the new boot'")
+
+
+@pytest.mark.parametrize("outcome", ["success", "", None, "Failed"])
+def test_an_unknown_outcome_is_refused(outcome):
+    with pytest.raises(records.OutcomeError, match="is none of applied, failed"):
+        records.node_outcome("gpu-1", outcome, RUN)
 
 
 # -- what a run owes the node -------------------------------------------------------
