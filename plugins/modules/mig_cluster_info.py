@@ -73,19 +73,13 @@ options:
     default: false
   configmaps:
     description:
-      - ConfigMaps to read, by name. A ConfigMap that does not exist is left out of the result.
+      - ConfigMaps to read, by name, each written C([namespace/]name) or given as C({name, namespace});
+        an empty namespace is the GPU Operator's (C(status.namespace) of its ClusterPolicy, else
+        V(gpu-operator)). A ConfigMap that does not exist is left out of the result, and so is a
+        value of neither form.
     type: list
-    elements: dict
+    elements: raw
     default: []
-    suboptions:
-      name:
-        description: The ConfigMap's name.
-        type: str
-        required: true
-      namespace:
-        description: Its namespace; empty for the GPU Operator's (C(status.namespace) of its ClusterPolicy, else V(gpu-operator)).
-        type: str
-        default: ""
   operator_config_nodes:
     description:
       - Nodes whose C(<node>-mig-config) ConfigMap is read from the GPU Operator's namespace when its ClusterPolicy
@@ -127,8 +121,7 @@ EXAMPLES = r"""
 - name: Read the cluster once for the whole batch
   gpuops.mig.mig_cluster_info:
     configmaps:
-      - name: fleet-mig-config
-        namespace: mig-configs
+      - mig-configs/fleet-mig-config
   delegate_to: localhost
   run_once: true
   register: cluster

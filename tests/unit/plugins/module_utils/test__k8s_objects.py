@@ -48,6 +48,15 @@ def test_configmaps_to_read_by_name_with_the_operators_config_when_it_runs():
     assert k8s.configmaps_to_read([], [plugin], "nvidia", ["gpu-1"]) == {"nvidia": ["custom-mig", "dp"]}
 
 
+def test_configmaps_are_named_namespace_slash_name_and_a_bad_one_is_not_read():
+    asked = ["a", "x/b", {"name": "c", "namespace": "x"}, "X/b", "a/b/c", "", None, 7, {"name": "-d"}]
+    assert k8s.configmaps_to_read(asked, [], "gpu-operator") == {"gpu-operator": ["a"], "x": ["b", "c"]}
+    assert k8s.configmap_ref("mig-configs/fleet.mig") == {"namespace": "mig-configs", "name": "fleet.mig"}
+    assert k8s.configmap_ref("fleet") == {"namespace": "", "name": "fleet"}
+    assert k8s.configmap_ref("n" * 64 + "/fleet") is None      # a namespace is a DNS label
+    assert k8s.configmap_ref("x/" + "f" * 254) is None         # a name at most 253 characters
+
+
 class Found:
     """What kubernetes.core's K8sService.find returns: the objects of a kind, [] where the API lacks the kind."""
 
