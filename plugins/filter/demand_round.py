@@ -28,8 +28,6 @@ class FilterModule(object):
             "mig_round_settings": _plain_args(rounds.settings),
             "mig_round_plan_policy": _plain_args(rounds.plan_policy),
             "mig_round_select": _plain_args(rounds.select),
-            "mig_round_record": _plain_args(rounds.record),
-            "mig_round_lines": _plain_args(rounds.outcome_lines),
+            "mig_round_record": _plain_args(rounds.round_record),
             "mig_round_deferral": _plain_args(rounds.deferral),
-            "mig_round_deferred_nodes": _plain_args(rounds.deferred_nodes),
         }

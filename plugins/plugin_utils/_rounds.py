@@ -21,6 +21,9 @@ change now, which are held for a person, and what the round reports.
 - ``record``: the state the next round reads (when a round last applied an approved change, which
   changes never finished). Written before the apply (its nodes unfinished) and again after it
   (finished), so a round that dies half-way leaves its nodes held.
+- ``round_record``: what the round's opening and closing each need at once (the filter
+  ``mig_round_record``): the state ``record`` writes, the lines ``outcome_lines`` prints and, at
+  the closing, the deferred nodes ``deferred_nodes`` finds in the rollout's reports.
 - ``deferral``: whether a node's failed change is left for the next round rather than for a person:
   in a round, a refusal before any change whose only cause is a pod bound after the plan to a
   device the plan destroys. ``deferred_nodes`` collects those nodes from the rollout's report rows.
@@ -492,3 +495,19 @@ def deferred_nodes(reports: Any) -> dict[str, Any]:
             why = row.get("deferred") if isinstance(row.get("deferred"), Mapping) else {}
             out[name] = {"pods": list(why.get("pods") or []), "why": why.get("why") or DEFERRED}
     return out
+
+
+def round_record(state: Any, round_id: str, selection: Mapping[str, Any], finished: bool,
+                 failed: Any = None, reports: Any = None, now: Any = None) -> dict[str, Any]:
+    """The round's record at its opening (``finished`` False) or its closing (True): ``state``,
+    what ``record`` makes of the state the round read at its start; ``lines``, what
+    ``outcome_lines`` prints; ``deferred``, ``deferred_nodes`` of ``reports`` ({node: the
+    rollout's report row or None}; none before the apply). ``failed``: {node: why} of the nodes
+    whose change failed. One call, so the state, the lines and the outcome agree on which nodes
+    failed and which were deferred."""
+    failed = _mapping(failed, "the failed nodes")
+    deferred = deferred_nodes(reports)
+    return {"state": record(state, round_id, selection, finished, now=now, failed=list(failed),
+                            deferred=list(deferred)),
+            "lines": outcome_lines(selection, failed, deferred),
+            "deferred": deferred}

@@ -32,9 +32,20 @@ def test_tagged_values_from_a_playbook_select_and_record_as_plain_values():
     assert selection["apply"] == ["gpu-a"] and selection["max_nodes"] == 2
     json.dumps(selection)
     assert selection["nodes"]["gpu-a"]["config_label"].__class__ is str   # plain, no longer tagged
-    state = FILTERS["mig_round_record"](data["state"], "round-1", selection, False, "2026-11-25T09:00:00Z")
+    opening = FILTERS["mig_round_record"](data["state"], "round-1", selection, False,
+                                          now="2026-11-25T09:00:00Z")
+    state = opening["state"]
     assert state["unfinished"] == {"gpu-a": "round-1"} and state["last_change"].__class__ is str
-    assert FILTERS["mig_round_lines"](selection)[-1] == "round: 1 planned, 1 applied, 0 held"
+    assert opening["lines"][-1] == "round: 1 planned, 1 applied, 0 held"
+    assert opening["deferred"] == {}
+    # The closing: the reports come from hostvars, tagged as the rest.
+    reports = from_yaml("gpu-a: {outcome: deferred, deferred: {pods: [ml/late], why: late}}",
+                        file_name="/playbooks/group_vars/all.yml")
+    closing = FILTERS["mig_round_record"](data["state"], "round-1", selection, True, {}, reports,
+                                          "2026-11-25T09:05:00Z")
+    assert closing["deferred"] == {"gpu-a": {"pods": ["ml/late"], "why": "late"}}
+    assert closing["state"]["unfinished"] == {} and closing["lines"][0].split()[1] == "deferred"
+    json.dumps(closing)
 
 
 def test_bad_input_is_a_filter_error_that_names_the_variable():

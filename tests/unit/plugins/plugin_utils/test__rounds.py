@@ -332,11 +332,46 @@ def test_a_deferred_node_is_reported_finished_and_not_a_change():
     selection = {"planned": ["gpu-b"], "apply": ["gpu-b"], "held": [],
                  "nodes": {"gpu-b": {"decision": "apply", "destroyed": 1, "created": 1,
                                      "reasons": []}}}
-    state = r.record({}, "round-3", selection, True, now="2026-11-25T10:05:00Z",
-                     deferred=list(deferred))
+    # demand_round.yml's closing: one call, the deferred nodes read from the reports it is given.
+    closing = r.round_record({}, "round-3", selection, True, {}, rows, now="2026-11-25T10:05:00Z")
+    assert closing["deferred"] == deferred
+    state = closing["state"]
     assert state["unfinished"] == {} and "last_change" not in state
-    lines = r.outcome_lines(selection, {}, deferred)
+    lines = closing["lines"]
+    assert lines == r.outcome_lines(selection, {}, deferred)
     assert lines[0].startswith("gpu-b                deferred destroys 1, creates 1: pod(s) "
                                "default/late")
     assert lines[-1] == ("round: 1 planned, 0 applied, 0 held, 1 deferred (gpu-b): planned again "
                          "next round")
+
+
+def test_round_record_opens_and_closes_a_round_as_record_and_outcome_lines_do():
+    """demand_round.yml calls mig_round_record once at its opening and once at its closing: the
+    state, lines and deferred nodes are those of record, outcome_lines and deferred_nodes."""
+    selection = {"apply": ["gpu-a", "gpu-b", "gpu-c"], "planned": ["gpu-a", "gpu-b", "gpu-c"],
+                 "held": [], "nodes": dict((n, {"decision": "apply", "destroyed": 0, "created": 1,
+                                                "reasons": [], "fast": n == "gpu-c"})
+                                           for n in ("gpu-a", "gpu-b", "gpu-c"))}
+    start = {"unfinished": {"z": "round-1"}, "last_change": "2026-11-25T08:00:00Z"}
+    opening = r.round_record(start, "round-2", selection, False, now="2026-11-25T10:00:00Z")
+    assert opening == {
+        "state": r.record(start, "round-2", selection, False, now="2026-11-25T10:00:00Z"),
+        "lines": r.outcome_lines(selection), "deferred": {}}
+    failed = {"gpu-b": "gpu-b: the layout step failed"}
+    rows = {"gpu-a": {"outcome": "deferred", "deferred": {"pods": ["ml/late"], "why": "late"}},
+            "gpu-b": None, "gpu-c": {"outcome": "changed"}}
+    closing = r.round_record(start, "round-2", selection, True, failed, rows,
+                             now="2026-11-25T10:05:00Z")
+    deferred = {"gpu-a": {"pods": ["ml/late"], "why": "late"}}
+    assert closing == {
+        "state": r.record(start, "round-2", selection, True, now="2026-11-25T10:05:00Z",
+                          failed=["gpu-b"], deferred=["gpu-a"]),
+        "lines": r.outcome_lines(selection, failed, deferred), "deferred": deferred}
+    # gpu-b failed: still unfinished, a change for the cooldown; gpu-a deferred, gpu-c done.
+    assert closing["state"]["unfinished"] == {"z": "round-1", "gpu-b": "round-2"}
+    assert closing["state"]["last_change"] == "2026-11-25T10:05:00Z"
+    assert closing["lines"][-1] == ("round: 3 planned, 1 applied, 0 held, 1 failed (gpu-b): held "
+                                    "until a person clears them, 1 deferred (gpu-a): planned "
+                                    "again next round")
+    with pytest.raises(r.RoundError, match="the failed nodes must be a mapping"):
+        r.round_record(start, "round-2", selection, True, ["gpu-b"])
