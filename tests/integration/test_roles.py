@@ -391,7 +391,8 @@ def test_preview_reads_a_configmap_named_in_play_vars_and_checks_the_role_variab
                           "mig_node_config_name": "half"}, **play_vars),
             "tasks": [{"ansible.builtin.import_role": {"name": "gpuops.mig.mig_node", "tasks_from": "preview",
                                                        "rolespec_validate": False}},
-                      {"ansible.builtin.debug": {"msg": "SOURCE {{ mig_node_preview.source.origin }}: {{ mig_node_preview.msg }}"}}]}]))
+                      {"ansible.builtin.debug": {"msg": "SOURCE {{ mig_node_preview.source.origin"
+                                                        " | default('inline') }}: {{ mig_node_preview.msg }}"}}]}]))
         return fleet.run(str(playbook))
 
     proc = preview({})
@@ -404,6 +405,11 @@ def test_preview_reads_a_configmap_named_in_play_vars_and_checks_the_role_variab
     assert "SOURCE ConfigMap mig-configs/fleet-mig (key config.yaml)" in proc.stdout, output(proc)
     said = "mig_node_config_configmap_namespace is deprecated and goes in gpuops.mig 1.0.0"
     assert (proc.stdout + proc.stderr).count(said) == 1, output(proc)
+    # A namespace set where no ConfigMap is named (group_vars for a whole fleet) names no source.
+    proc = preview({"mig_node_config_configmap": "", "mig_node_config_configmap_namespace": "mig-configs",
+                    "mig_node_config_name": "", "mig_node_layouts": [{"gpus": "all", "devices": {"7g.80gb": 1}}]})
+    assert proc.returncode == 0, output(proc)
+    assert "SOURCE inline: " in proc.stdout, output(proc)
 
     before = fleet.digest("node-g")
     proc = preview({"mig_node_config_configmap": "Mig-Configs/fleet-mig"})
