@@ -124,9 +124,11 @@ _CONFIG_MAP = checks.pattern(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")      # a DNS sub
 def configmap_ref(value: Any) -> dict[str, str] | None:
     """{name, namespace} of a ConfigMap a role variable names, written `[namespace/]name` (or given as
     {name, namespace}); an empty namespace is the GPU Operator's. None for anything else."""
-    if isinstance(value, Mapping):
-        value = "%s/%s" % (value.get("namespace") or "", value.get("name")) if value.get("namespace") \
-            else value.get("name")
+    if isinstance(value, Mapping):      # the same rules as the string it stands for
+        namespace, name = value.get("namespace") or "", value.get("name")
+        if not isinstance(name, str):
+            return None
+        value = "%s/%s" % (namespace, name) if namespace else name
     parts = value.split("/") if isinstance(value, str) else []
     rules = (_NAMESPACE, _CONFIG_MAP) if len(parts) == 2 else (_CONFIG_MAP,)
     if not 1 <= len(parts) <= 2 or not all(
