@@ -80,9 +80,8 @@ from ansible_collections.kubernetes.core.plugins.module_utils.args_common import
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
 
 from ansible_collections.gpuops.mig.plugins.module_utils._k8s_api import bounded
-from ansible_collections.gpuops.mig.plugins.module_utils._node_status import removal_patch
 from ansible_collections.gpuops.mig.plugins.module_utils._stale_resources import (
-    StaleResourcesError, promised, stale_resources)
+    StaleResourcesError, promised, removal_patch)
 
 # Patches refused because the Node's status changed after it was read, before giving up.
 ATTEMPTS = 5
@@ -94,7 +93,7 @@ def remove_stale(nodes, name, expected, check_mode):
     from kubernetes.dynamic.exceptions import DynamicApiError
     for _attempt in range(ATTEMPTS):
         node = nodes.get(name=name).to_dict()
-        operations, removed, dummy = removal_patch(node, stale_resources(node, expected))
+        operations, removed = removal_patch(node, expected)
         if not operations or check_mode:
             return removed
         try:

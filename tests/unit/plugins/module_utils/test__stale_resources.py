@@ -1,10 +1,10 @@
-"""Which zero-count MIG resources a Node keeps after a layout change
-(module_utils/_stale_resources.py)."""
+"""Which zero-count MIG resources a Node keeps after a layout change, and the guarded patch that
+removes them (module_utils/_stale_resources.py)."""
 
 import pytest
 
 from ansible_collections.gpuops.mig.plugins.module_utils._stale_resources import (
-    StaleResourcesError, promised, stale_resources)
+    StaleResourcesError, promised, removal_patch, stale_resources)
 
 MIG_1G, MIG_3G = "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb"
 
@@ -63,3 +63,23 @@ def test_an_expected_advertisement_without_its_resources_is_refused(expected):
 
 def test_promised_returns_the_resources_of_the_advertisement():
     assert promised(expect({MIG_3G: "2"})) == {MIG_3G: "2"}
+
+
+def test_each_stale_resource_is_tested_then_removed_in_every_field_that_lists_it():
+    found = node({MIG_1G: "0", MIG_3G: "2"})
+    ops, removed = removal_patch(found, expect({MIG_3G: "2"}))
+    assert removed == [MIG_1G]
+    capacity = "/status/capacity/nvidia.com~1mig-1g.10gb"
+    allocatable = "/status/allocatable/nvidia.com~1mig-1g.10gb"
+    assert ops == [{"op": "test", "path": capacity, "value": "0"},
+                   {"op": "remove", "path": capacity},
+                   {"op": "test", "path": allocatable, "value": "0"},
+                   {"op": "remove", "path": allocatable}]
+
+
+def test_the_patch_touches_only_the_fields_that_list_the_resource_and_keeps_devices():
+    ops, removed = removal_patch(node({MIG_1G: "0"}, {}), expect())
+    assert removed == [MIG_1G]
+    assert [op["path"] for op in ops] == ["/status/capacity/nvidia.com~1mig-1g.10gb"] * 2
+    assert removal_patch(node({MIG_1G: "0"}, {MIG_1G: "1"}), expect()) == ([], [])
+    assert removal_patch({"metadata": {"name": "gpu-1"}}, expect()) == ([], [])
