@@ -1,8 +1,10 @@
 """Live reconfiguration (mig_node_drain=devices): a node whose pods hold three MIG devices changes to a layout
 that keeps two of them. Exactly the pod on the device that goes is evicted; the other two run on with the same
 pod UID and device UUID through the device-plugin restart and validation; the node advertises the new layout;
-a re-run changes nothing. The emulator gives the pods devices and serves them over the kubelet's PodResources
-gRPC API (tests/support/kubeapi/allocations.py, tests/support/podresources_server.py)."""
+a re-run changes nothing. On the real test cluster: the evicted pod terminates as the API server
+and kwok make it, its ReplicaSet replaces it, and the NVIDIA stand-ins give the pods devices,
+served over the kubelet's PodResources gRPC API (tests/support/kubeapi/allocations.py,
+tests/support/podresources_server.py)."""
 
 import pytest
 
@@ -21,49 +23,59 @@ KEEP_TWO = [{"gpus": "all", "devices": {"2g.20gb": 2, "3g.40gb": 1}}]
 FAST = {"mig_node_validate_delay": "1"}
 
 
-def pods_by_name(kube_api):
-    return dict((p["metadata"]["name"], p) for p in kube_api.list("Pod", "ml"))
+def pods_by_name(cluster):
+    return dict((p["metadata"]["name"], p) for p in cluster.list("Pod", "ml"))
+
+
+def assigned(cluster):
+    """(namespace, pod) -> the devices the node's kubelet gave it, once the stand-ins caught up."""
+    cluster.stand_ins.sync()
+    return allocations.assigned(cluster.stand_ins.view, NODE)
 
 
 @pytest.fixture
-def busy_node(kube_api, kube_env, tmp_path):
+def busy_node(cluster, cluster_env, tmp_path):
     """node-a (H100) at three 2g.20gb devices (the first rollout deploys the device plugin), then three
-    ReplicaSet pods holding one device each. Yields (fleet, socket) with the PodResources server running."""
+    pods of one ReplicaSet holding one device each. Yields the fleet with the PodResources server
+    running."""
     sock = str(tmp_path / "kubelet.sock")
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet = Fleet(tmp_path, cluster, cluster_env)
     fleet.add(NODE, "1xH100-SXM5-80GB", pod_resources=sock, mig_node_layouts=THREE,
               mig_node_pod_resources_socket=sock)
-    with PodResourcesServer(sock, node_source(kube_api, NODE)):
+    with PodResourcesServer(sock, node_source(cluster.stand_ins.view, NODE)):
         first = fleet.run("playbooks/site.yml", FAST)
         assert first.returncode == 0, first.stdout[-4000:]
-        kube_api.seed(seed.replicaset("train-rs", 3, namespace="ml", labels={"app": "train"}),
-                      *[seed.pod("train-%d" % i, node=NODE, namespace="ml", labels={"app": "train"},
-                                 owner=("ReplicaSet", "train-rs"), limits={MIG_2G: 1}) for i in range(3)])
-        allocations.sync(kube_api)
-        yield fleet, sock
+        cluster.seed(*[seed.pod("train-%d" % i, node=NODE, namespace="ml", labels={"app": "train"},
+                                owner=("ReplicaSet", "train-rs"), limits={MIG_2G: 1})
+                       for i in range(3)])
+        cluster.wait_for(lambda: len(assigned(cluster)) == 3, "three pods holding a device")
+        yield fleet
 
 
-def test_only_the_pod_whose_device_goes_is_evicted(busy_node, kube_api):
-    fleet, _sock = busy_node
-    before = pods_by_name(kube_api)
-    held = allocations.assigned(kube_api, NODE)
+def test_only_the_pod_whose_device_goes_is_evicted(busy_node, cluster):
+    fleet = busy_node
+    before = pods_by_name(cluster)
+    held = assigned(cluster)
     assert len(held) == 3 and all(p["status"]["phase"] == "Running" for p in before.values())
 
     fleet.hosts[NODE]["mig_node_layouts"] = KEEP_TWO
     proc = fleet.run("playbooks/site.yml", FAST)
     assert proc.returncode == 0, proc.stdout[-6000:]
 
-    after = pods_by_name(kube_api)
+    after = pods_by_name(cluster)
     gone = sorted(set(before) - set(after))
     assert len(gone) == 1, (gone, proc.stdout[-4000:])
     assert "%s: evicting ml/%s (device destroyed); every other pod runs on with its devices" % (NODE, gone[0]) \
         in proc.stdout
-    now = allocations.assigned(kube_api, NODE)
+    now = assigned(cluster)
     for name in sorted(set(before) & set(after)):
         assert after[name]["metadata"]["uid"] == before[name]["metadata"]["uid"]
         assert after[name]["status"]["phase"] == "Running"
         assert now[("ml", name)] == held[("ml", name)]
-    node = kube_api.get("Node", NODE)
+    # Its ReplicaSet's replacement waits: the node has no 2g.20gb device left for it.
+    (replacement,) = sorted(set(after) - set(before))
+    assert after[replacement]["status"]["phase"] == "Pending"
+    node = cluster.get("Node", NODE)
     assert node["metadata"]["labels"][STATE] == "success" and not node["spec"].get("unschedulable")
     allocatable = node["status"]["allocatable"]
     assert allocatable[MIG_2G] == "2" and allocatable["nvidia.com/mig-3g.40gb"] == "1"
@@ -72,17 +84,21 @@ def test_only_the_pod_whose_device_goes_is_evicted(busy_node, kube_api):
 
     again = fleet.run("playbooks/site.yml", FAST)
     assert again.returncode == 0 and again.recap[NODE]["changed"] == 0, again.stdout[-4000:]
-    assert set(pods_by_name(kube_api)) == set(after)
+    assert set(pods_by_name(cluster)) == set(after)
 
 
-def test_a_change_that_destroys_only_idle_devices_evicts_nothing(busy_node, kube_api):
-    fleet, _sock = busy_node
-    kube_api.delete("Pod", "train-2", "ml")     # its device is now idle
-    allocations.sync(kube_api)
-    idle = [name for name, p in pods_by_name(kube_api).items()]
+def test_a_change_that_destroys_only_idle_devices_evicts_nothing(busy_node, cluster):
+    fleet = busy_node
+    # The ReplicaSet scales down and deletes train-2 (the cheapest to delete): its device is idle.
+    cluster.patch("Pod", "train-2", {"metadata": {"annotations": {
+        "controller.kubernetes.io/pod-deletion-cost": "-100"}}}, "ml")
+    cluster.patch("ReplicaSet", "train-rs", {"spec": {"replicas": 2}}, "ml")
+    cluster.wait_for(lambda: cluster.find("Pod", "train-2", "ml") is None, "train-2 deleted")
+    cluster.wait_for(lambda: len(assigned(cluster)) == 2, "two pods holding a device")
+    idle = sorted(pods_by_name(cluster))
     fleet.hosts[NODE]["mig_node_layouts"] = KEEP_TWO
     proc = fleet.run("playbooks/site.yml", FAST)
     assert proc.returncode == 0, proc.stdout[-6000:]
     # The planner keeps the two held devices: the idle one makes room for the 3g.40gb.
     assert "%s: no pod holds a MIG device that goes: nothing is evicted" % NODE in proc.stdout
-    assert sorted(pods_by_name(kube_api)) == sorted(idle)
+    assert sorted(pods_by_name(cluster)) == idle

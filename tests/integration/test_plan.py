@@ -1,16 +1,29 @@
-"""playbooks/plan.yml against simulated hosts and the Kubernetes API emulator with pending pods."""
+"""playbooks/plan.yml against simulated hosts and pending pods: on the real test cluster, where the
+scheduler leaves them Pending until a node advertises what they ask for and then runs them, and
+(ResourceClaims, Kueue Workloads) on the Kubernetes API emulator."""
 
 import json
+import os
 
 import pytest
 import yaml
 
 import gpuops_mig_sim as sim
 from test_roles import Fleet, output
+from tests.integration.conftest import RBAC, ROLLOUT_RBAC, client_env
 from tests.support.kubeapi import seed
 from tests.support.simhost import nvml_on
 
 pytestmark = pytest.mark.playbook
+
+
+@pytest.fixture
+def planner_env(cluster, tmp_path):
+    """A ServiceAccount bound to exactly rbac/plan.yml and the rollout's rules (docs/rbac.md)."""
+    rules = ROLLOUT_RBAC + [os.path.join(RBAC, "plan.yml")]
+    kubeconfig = cluster.service_account_kubeconfig(tmp_path / "planner.kubeconfig", "planner",
+                                                    rules)
+    return client_env(kubeconfig, tmp_path, cluster.control_plane.bin_dir)
 
 
 def busy_3g(state):
@@ -21,8 +34,8 @@ def busy_3g(state):
     sim.add_process(state, 0, pid=4242, gi=gi, ci=0)
 
 
-def make_fleet(tmp_path, kube_api, kube_env):
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+def make_fleet(tmp_path, cluster, env):
+    fleet = Fleet(tmp_path, cluster, env)
     a = fleet.add("gpu-a", "1xH100-SXM5-80GB")
     sim.create_state(a, "1xH100-SXM5-80GB", seed="gpu-a", mig="enabled", force=True)
     busy_3g(a)
@@ -30,9 +43,9 @@ def make_fleet(tmp_path, kube_api, kube_env):
     return fleet
 
 
-def test_plan_from_pending_pods_writes_plan_table_and_vars(kube_api, kube_env, tmp_path):
-    fleet = make_fleet(tmp_path, kube_api, kube_env)
-    kube_api.seed(
+def test_plan_from_pending_pods_writes_plan_table_and_vars(cluster, planner_env, tmp_path):
+    fleet = make_fleet(tmp_path, cluster, planner_env)
+    cluster.seed(
         seed.pod("train-1", limits={"nvidia.com/mig-1g.10gb": 2}, phase="Pending"),
         seed.pod("infer-1", limits={"nvidia.com/mig-1g.6gb": 1}, phase="Pending"),
         seed.pod("huge-1", limits={"nvidia.com/mig-7g.999gb": 1}, phase="Pending"),
@@ -76,8 +89,8 @@ def test_plan_from_pending_pods_writes_plan_table_and_vars(kube_api, kube_env, t
     assert {name: fleet.digest(name) for name in ("gpu-a", "gpu-b")} == before
 
 
-def test_bad_input_and_an_unreachable_node_write_nothing(kube_api, kube_env, tmp_path):
-    fleet = make_fleet(tmp_path, kube_api, kube_env)
+def test_bad_input_and_an_unreachable_node_write_nothing(cluster, planner_env, tmp_path):
+    fleet = make_fleet(tmp_path, cluster, planner_env)
     vars_file = tmp_path / "plan-vars.yml"
     run = fleet.run("playbooks/plan.yml", {"gpuops_mig_plan_demand": {"1g.10gb": -1},
                                            "gpuops_mig_plan_file": str(tmp_path / "plan.json"),
@@ -95,9 +108,9 @@ def test_bad_input_and_an_unreachable_node_write_nothing(kube_api, kube_env, tmp
     assert not vars_file.exists()
 
 
-def test_site_applies_the_plan_and_the_pending_pods_then_fit(kube_api, kube_env, tmp_path):
-    fleet = make_fleet(tmp_path, kube_api, kube_env)
-    kube_api.seed(
+def test_site_applies_the_plan_and_the_pending_pods_then_fit(cluster, planner_env, tmp_path):
+    fleet = make_fleet(tmp_path, cluster, planner_env)
+    cluster.seed(
         seed.pod("train-1", limits={"nvidia.com/mig-1g.10gb": 2}, phase="Pending"),
         seed.pod("infer-1", limits={"nvidia.com/mig-1g.6gb": 1}, phase="Pending"),
     )
@@ -108,12 +121,17 @@ def test_site_applies_the_plan_and_the_pending_pods_then_fit(kube_api, kube_env,
     plan = yaml.safe_load(vars_file.read_text())
     site = fleet.run("playbooks/site.yml", dict(plan, mig_node_validate_delay="1"))
     assert site.returncode == 0, output(site)
-    allocatable = {n: kube_api.get("Node", n)["status"]["allocatable"] for n in ("gpu-a", "gpu-b")}
+    allocatable = {n: cluster.get("Node", n)["status"]["allocatable"] for n in ("gpu-a", "gpu-b")}
     assert int(allocatable["gpu-a"].get("nvidia.com/mig-1g.10gb", 0)) >= 2, allocatable
     assert int(allocatable["gpu-b"].get("nvidia.com/mig-1g.6gb", 0)) >= 1, allocatable
     assert int(allocatable["gpu-a"].get("nvidia.com/mig-3g.40gb", 0)) == 1   # the busy device was kept
     label = plan["gpuops_mig_plan"]["nodes"]["gpu-a"]["config_label"]
-    assert kube_api.get("Node", "gpu-a")["metadata"]["labels"]["nvidia.com/mig.config"] == label
+    assert cluster.get("Node", "gpu-a")["metadata"]["labels"]["nvidia.com/mig.config"] == label
+    # The real scheduler now places the pods that waited, where the plan made their devices.
+    for pod, node in (("train-1", "gpu-a"), ("infer-1", "gpu-b")):
+        cluster.wait_for(lambda p=pod: (cluster.get("Pod", p).get("status") or {}).get("phase")
+                         == "Running", "pod %s Running" % pod, timeout=60)
+        assert cluster.get("Pod", pod)["spec"]["nodeName"] == node
     again = fleet.run("playbooks/site.yml", plan)
     assert all(again.recap[n]["changed"] == 0 for n in ("gpu-a", "gpu-b")), output(again)
 
@@ -125,7 +143,7 @@ def test_site_applies_the_plan_and_the_pending_pods_then_fit(kube_api, kube_env,
     assert "gpu-a" in plan["gpuops_mig_plan"]["nodes"]
     for name, planned in plan["gpuops_mig_plan"]["nodes"].items():
         assert hosts[name]["declared"] == {"layout": planned["config_label"], "source": "plan"}, name
-        labels = kube_api.get("Node", name)["metadata"]["labels"]
+        labels = cluster.get("Node", name)["metadata"]["labels"]
         assert hosts[name]["kubernetes"]["mig_config"] == labels["nvidia.com/mig.config"] == planned["config_label"]
         assert hosts[name]["kubernetes"]["mig_config_state"] == labels["nvidia.com/mig.config.state"] == "success"
 

@@ -1,5 +1,7 @@
-"""mig_node with the device plugin's time-slicing (mig_node_sharing): the config entry and the node label follow
-the layout inside the cordoned window, validation expects devices x replicas, bad input changes nothing."""
+"""mig_node with the device plugin's time-slicing (mig_node_sharing): the config entry and the
+node label follow the layout inside the cordoned window, validation expects devices x replicas,
+bad input changes nothing. On the real test cluster (its DaemonSet controller runs the plugin's
+pods; the NVIDIA stand-ins advertise)."""
 
 import os
 import re
@@ -33,19 +35,19 @@ def plugin_daemonsets():
 
 
 @pytest.fixture
-def fleet(kube_api, kube_env, tmp_path):
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+def fleet(cluster, cluster_env, tmp_path):
+    fleet = Fleet(tmp_path, cluster, cluster_env)
     fleet.add("ts-1", "1xH100-SXM5-80GB", mig_node_layouts=[{"gpus": "all", "devices": {"1g.10gb": 4}}],
               mig_node_sharing={"1g.10gb": {"strategy": "time-slicing", "replicas": 4}},
               mig_node_device_plugin_config_map=NS + "/plugin-configs",
               mig_node_persist=False)
-    kube_api.seed(seed.namespace(NS), {"apiVersion": "v1", "kind": "ConfigMap",
-                                       "metadata": {"name": "plugin-configs", "namespace": NS},
-                                       "data": {"default": "version: v1\n"}}, *plugin_daemonsets())
+    cluster.seed(seed.namespace(NS), {"apiVersion": "v1", "kind": "ConfigMap",
+                                      "metadata": {"name": "plugin-configs", "namespace": NS},
+                                      "data": {"default": "version: v1\n"}}, *plugin_daemonsets())
     return fleet
 
 
-def labelled_while_cordoned(kube_api):
+def labelled_while_cordoned(cluster):
     """The node's (cordoned, config label) each time the config label changes."""
     seen = []
 
@@ -54,20 +56,20 @@ def labelled_while_cordoned(kube_api):
         entry = (bool((event.obj.get("spec") or {}).get("unschedulable")), labels.get(CONFIG_LABEL))
         if entry[1] and (not seen or seen[-1][1] != entry[1]):
             seen.append(entry)
-    kube_api.on("modified", record, kind="Node")
+    cluster.on("modified", record, kind="Node")
     return seen
 
 
-def test_time_sliced_node_changes_layout_and_validates(fleet, kube_api):
-    seen = labelled_while_cordoned(kube_api)
+def test_time_sliced_node_changes_layout_and_validates(fleet, cluster):
+    seen = labelled_while_cordoned(cluster)
     proc = fleet.run(PLAYBOOK, FAST)
     assert proc.recap["ts-1"]["failed"] == 0, output(proc)
-    node = kube_api.get("Node", "ts-1")
+    node = cluster.get("Node", "ts-1")
     entry = node["metadata"]["labels"][CONFIG_LABEL]
     assert entry.startswith("gpuops-mig-") and seen == [(True, entry)]     # set inside the cordoned window
     assert node["status"]["allocatable"]["nvidia.com/mig-1g.10gb"] == "16"
     assert node["metadata"]["labels"]["nvidia.com/mig-1g.10gb.replicas"] == "4"
-    data = kube_api.get("ConfigMap", "plugin-configs", NS)["data"]
+    data = cluster.get("ConfigMap", "plugin-configs", NS)["data"]
     assert data["default"] == "version: v1\n"                              # other entries are kept
     assert yaml.safe_load(data[entry])["sharing"]["timeSlicing"]["resources"] == [
         {"name": "nvidia.com/mig-1g.10gb", "replicas": 4}]
@@ -77,7 +79,7 @@ def test_time_sliced_node_changes_layout_and_validates(fleet, kube_api):
                                mig_node_sharing={"1g.10gb": {"replicas": 2, "rename": True}, "3g.40gb": "none"})
     proc = fleet.run(PLAYBOOK, FAST)
     assert proc.recap["ts-1"]["failed"] == 0, output(proc)
-    node = kube_api.get("Node", "ts-1")
+    node = cluster.get("Node", "ts-1")
     second = node["metadata"]["labels"][CONFIG_LABEL]
     assert second != entry and seen == [(True, entry), (True, second)]
     # mig-1g.10gb, which the kubelet kept at 0, is gone from the Node's status after validation.
@@ -102,23 +104,23 @@ def test_time_sliced_node_changes_layout_and_validates(fleet, kube_api):
     ({"mig_node_sharing": {}, "mig_node_device_plugin_config_name": "ts8"},
      "ts-1: entry 'ts8' of the device plugin's ConfigMap nvidia-device-plugin/plugin-configs does not exist"),
 ])
-def test_bad_sharing_changes_nothing(fleet, kube_api, hostvars, message):
+def test_bad_sharing_changes_nothing(fleet, cluster, hostvars, message):
     before = fleet.digest("ts-1")
     fleet.hosts["ts-1"].update(hostvars)
     proc = fleet.run(PLAYBOOK, FAST)
     assert proc.recap["ts-1"]["failed"] == 1 and message in " ".join(proc.stdout.split()), output(proc)
     assert fleet.digest("ts-1") == before
-    node = kube_api.get("Node", "ts-1")
+    node = cluster.get("Node", "ts-1")
     assert CONFIG_LABEL not in node["metadata"]["labels"] and not node["spec"].get("unschedulable")
-    assert kube_api.get("ConfigMap", "plugin-configs", NS)["data"] == {"default": "version: v1\n"}
+    assert cluster.get("ConfigMap", "plugin-configs", NS)["data"] == {"default": "version: v1\n"}
 
 
 def cdi_names(path):
     return sorted(d["name"] for d in yaml.safe_load(open(path))["devices"])
 
 
-def test_the_cdi_spec_lists_the_new_mig_devices(kube_api, kube_env, tmp_path):
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+def test_the_cdi_spec_lists_the_new_mig_devices(cluster, cluster_env, tmp_path):
+    fleet = Fleet(tmp_path, cluster, cluster_env)
     state = fleet.add("cdi-1", "1xA100-SXM4-40GB", mig_node_layouts=[{"gpus": "all", "devices": {"3g.20gb": 2}}],
                       mig_node_persist=False, mig_node_validate=False, mig_node_device_plugin_restart=False)
     # Under the host's root (mig_node_persist_root), the second of the default paths: the first
