@@ -40,11 +40,25 @@ SETUP_TIMEOUT_S = 600
 pytestmark = [pytest.mark.playbook, pytest.mark.xdist_group("gpuops-testbed")]
 
 
+# Scenarios whose workflow a local-connection test also runs end to end (named here), marked
+# `bed_full`: scripts/test.sh (CI) leaves them out to keep the suite inside its time, and a run of
+# this file without `-m` (docs/testbed.md) runs them all. What only SSH shows stays in CI:
+# the rollout, the reboots, the failure drills, AWX's runner, bootstrap and bad input.
+ALSO_LOCAL = {
+    "live": "test_live_reconfigure.py",
+    "operator": "test_gpu_operator.py",
+    "operator_default": "test_gpu_operator.py",
+    "plan": "test_plan.py",
+    "sharing": "test_roles_sharing.py",
+}
+
+
 def scenarios():
     """Every scenario, `default` (the bed itself, checked before any rollout) first."""
     names = sorted(entry for entry in os.listdir(SCENARIOS_DIR)
                    if os.path.isfile(os.path.join(SCENARIOS_DIR, entry, "molecule.yml")))
-    return sorted(names, key=lambda name: name != "default")
+    return [pytest.param(name, marks=[pytest.mark.bed_full] if name in ALSO_LOCAL else [])
+            for name in sorted(names, key=lambda name: name != "default")]
 
 
 def why_not_runnable():
