@@ -138,20 +138,42 @@ def detach(ready_timeout: float, warm_up: Callable[[], bool], work: Callable[[],
         os._exit(0)
 
 
-def exclusive(key: str, directory: str = "/tmp") -> Any:
-    """An flock that one keep-alive process per hold holds for its life (a second one for the same
-    hold and run ends at once); None when another process holds it."""
-    import fcntl
+def lock_path(key: str, directory: str = "/tmp") -> str:
+    """The file whose flock marks the keep-alive of hold `key` (namespace/lease/run)."""
     import hashlib
 
-    path = os.path.join(
-        directory,
-        "gpuops-mig-keep-alive-%s.lock" % hashlib.sha256(key.encode("utf-8")).hexdigest()[:16],
-    )
-    handle = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
+    return os.path.join(directory, "gpuops-mig-keep-alive-%s.lock" % digest)
+
+
+def exclusive(key: str, directory: str = "/tmp") -> Any:
+    """An flock that one keep-alive process per hold holds for its life (a second one for the same
+    hold and run ends at once); None when another process holds it. release() removes the file,
+    so a lock taken on a file just removed is not one: it is taken again on the new file."""
+    import fcntl
+
+    path = lock_path(key, directory)
+    for dummy in range(8):
+        handle = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(handle)
+            return None
+        try:
+            if os.stat(path).st_ino == os.fstat(handle).st_ino:
+                return handle
+        except FileNotFoundError:
+            pass
+        os.close(handle)   # its holder removed the file as we opened it
+    return None
+
+
+def release(handle: int, key: str, directory: str = "/tmp") -> None:
+    """Ends the keep-alive's flock and removes its file (one per run and hold would otherwise
+    stay in /tmp for good); removed while still locked, so exclusive() sees the change."""
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(handle)
-        return None
-    return handle
+        os.unlink(lock_path(key, directory))
+    except FileNotFoundError:
+        pass
+    os.close(handle)

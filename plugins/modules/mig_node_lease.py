@@ -395,11 +395,11 @@ def keep_alive(module, name, params):
     if run is None:
         return "not started: no ansible-playbook or ansible-runner process runs this module"
     holder, node, duration = params["holder"], params["node"], params["duration"]
+    key = "%s/%s/%s" % (params["namespace"], name, holder["run_id"])
     box = {}
 
     def warm_up():
-        box["lock"] = _keep_alive.exclusive("%s/%s/%s" % (params["namespace"], name,
-                                                          holder["run_id"]))
+        box["lock"] = _keep_alive.exclusive(key)
         if box["lock"] is None:
             return False
         box["store"] = LeaseStore(module, name, params["namespace"])
@@ -418,8 +418,13 @@ def keep_alive(module, name, params):
         except Exception:  # pylint: disable=broad-except
             return "failed"    # the API did not answer: tried again at the next interval
 
-    return _keep_alive.detach(KEEP_ALIVE_READY, warm_up,
-                              lambda: _keep_alive.renew_while(run, duration, step))
+    def work():
+        try:
+            return _keep_alive.renew_while(run, duration, step)
+        finally:
+            _keep_alive.release(box["lock"], key)
+
+    return _keep_alive.detach(KEEP_ALIVE_READY, warm_up, work)
 
 
 def main():

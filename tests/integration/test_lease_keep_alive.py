@@ -12,6 +12,7 @@ import time
 import pytest
 import yaml
 
+from ansible_collections.gpuops.mig.plugins.module_utils._keep_alive import lock_path
 from tests.support.controlplane.client import ApiError
 
 pytestmark = pytest.mark.playbook
@@ -104,11 +105,14 @@ def test_a_short_lease_outlasts_a_long_step_and_ends_with_its_run(cluster, clust
     cluster.wait_for(lambda: lease(cluster) is not None, "the hold", timeout=60)
     during = renewals(cluster, 3 * DURATION)
     assert len(during) >= 4, during  # renewed every DURATION / 3 s while the step runs
+    lock = lock_path("default/gpuops-mig-gpu-1/run-a")
+    assert os.path.exists(lock)      # the keep-alive's flock, held while it runs
     assert proc.wait(timeout=120) == 0, (tmp_path / "run-a.log").read_text()
     assert "kept: started; taken over from: nobody" in (tmp_path / "run-a.log").read_text()
     time.sleep(DURATION / 3 + 2)  # the keep-alive sees the run gone
     after = renewals(cluster, DURATION)
     assert len(after) <= 1, after  # no renewal once the run ended
+    assert not os.path.exists(lock)  # and the keep-alive removed its file as it ended
 
 
 def test_a_run_killed_mid_step_blocks_the_node_for_one_duration_at_most(

@@ -114,3 +114,33 @@ def test_one_keep_alive_per_hold(tmp_path):
     assert again is not None
     os.close(again)
     os.close(other)
+
+
+def test_a_keep_alive_that_ends_leaves_no_file_and_the_hold_can_be_kept_again(tmp_path):
+    key = "default/gpuops-mig-gpu-1/run-1"
+    first = keep.exclusive(key, str(tmp_path))
+    keep.release(first, key, str(tmp_path))
+    assert os.listdir(str(tmp_path)) == []
+    again = keep.exclusive(key, str(tmp_path))
+    assert again is not None and keep.exclusive(key, str(tmp_path)) is None
+    keep.release(again, key, str(tmp_path))
+    keep.release(os.open(os.devnull, os.O_RDONLY), key, str(tmp_path))   # already gone: no error
+    assert os.listdir(str(tmp_path)) == []
+
+
+def test_a_lock_on_a_file_its_holder_removed_is_taken_again_on_the_new_one(tmp_path, monkeypatch):
+    key = "default/gpuops-mig-gpu-1/run-1"
+    path = keep.lock_path(key, str(tmp_path))
+    real_open, calls = os.open, []
+
+    def open_then_lose_the_race(name, *args):
+        handle = real_open(name, *args)
+        calls.append(name)
+        if len(calls) == 1:       # the holder releases between this open and our flock
+            os.unlink(name)
+        return handle
+    monkeypatch.setattr(os, "open", open_then_lose_the_race)
+    handle = keep.exclusive(key, str(tmp_path))
+    monkeypatch.undo()
+    assert calls == [path, path] and os.stat(path).st_ino == os.fstat(handle).st_ino
+    keep.release(handle, key, str(tmp_path))
