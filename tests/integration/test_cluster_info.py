@@ -1,13 +1,14 @@
-"""gpuops.mig.mig_cluster_info against the Kubernetes API emulator, through kubernetes.core's client:
-one read of what the rollout decides on, trimmed to what it needs, in the controller's process where
-the module would run there, else by the module."""
+"""gpuops.mig.mig_cluster_info on the real test cluster, as the rollout's ServiceAccount
+(rbac/rollout.yml and fleet-report.yml), through kubernetes.core's client: one read of what the
+rollout decides on, trimmed to what it needs, in the controller's process where the module would
+run there, else by the module."""
 
 import sys
 
 import pytest
 import yaml
 
-from tests.integration.test_kubeapi import run_tasks
+from tests.support.playbook import run_tasks
 from tests.support.kubeapi import seed
 
 pytestmark = pytest.mark.playbook
@@ -19,16 +20,15 @@ def configmap(name, namespace, data):
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}, "data": data}
 
 
-def test_without_the_gpu_operator(kube_api, kube_env, tmp_path):
-    gpu = seed.node("gpu-1", GPU)
-    gpu["metadata"]["managedFields"] = [{"manager": "kubelet", "operation": "Update"}]
-    kube_api.seed(gpu, seed.node("cpu-1"), seed.daemonset("logs"), seed.namespace("mig-configs"),
+def test_without_the_gpu_operator(cluster, cluster_env, tmp_path):
+    # The real server keeps managedFields on every Node: the read leaves them out.
+    cluster.seed(seed.node("gpu-1", GPU), seed.node("cpu-1"), seed.daemonset("logs"), seed.namespace("mig-configs"),
                   configmap("fleet-mig", "mig-configs", {"config.yaml": "version: v1\n"}))
     results = run_tasks([
         {"name": "plain", "gpuops.mig.mig_cluster_info": {"configmaps": [{"name": "fleet-mig", "namespace": "mig-configs"}]}},
         {"name": "status", "gpuops.mig.mig_cluster_info": {"operator": False, "node_status": True}},
         {"name": "nothing", "gpuops.mig.mig_cluster_info": {"operator": False, "nodes": False}},
-    ], kube_env, tmp_path)
+    ], cluster_env, tmp_path)
     plain = results["plain"]
     assert plain["changed"] is False
     # No ClusterPolicy CRD: an empty list, not an error. The logs DaemonSet is not NVIDIA's DRA plugin.
@@ -46,13 +46,13 @@ def test_without_the_gpu_operator(kube_api, kube_env, tmp_path):
     assert "nodes" not in results["nothing"]
 
 
-def test_with_the_gpu_operator_and_the_dra_driver(kube_api, kube_env, tmp_path):
-    kube_api.seed(seed.node("gpu-1", GPU), seed.daemonset("logs"), *seed.gpu_operator(), *seed.dra_driver())
+def test_with_the_gpu_operator_and_the_dra_driver(cluster, cluster_env, tmp_path):
+    cluster.seed(seed.node("gpu-1", GPU), seed.daemonset("logs"), *seed.gpu_operator(), *seed.dra_driver())
     results = run_tasks([
         # The ConfigMap the ClusterPolicy names is read once a ClusterPolicy is found.
         {"name": "read", "gpuops.mig.mig_cluster_info": {}},
         {"name": "no operator", "gpuops.mig.mig_cluster_info": {"operator": False}},
-    ], kube_env, tmp_path)
+    ], cluster_env, tmp_path)
     read = results["read"]
     assert [p["metadata"]["name"] for p in read["cluster_policies"]] == ["cluster-policy"]
     assert read["cluster_policies"][0]["status"]["namespace"] == read["operator_namespace"] == "gpu-operator"
@@ -65,21 +65,21 @@ def test_with_the_gpu_operator_and_the_dra_driver(kube_api, kube_env, tmp_path):
     assert "cluster_policies" not in results["no operator"] and results["no operator"]["configmaps"] == {}
 
 
-def test_configmaps_are_read_by_name_never_listed(kube_api, kube_env, tmp_path):
+def test_configmaps_are_read_by_name_never_listed(cluster, cluster_env, tmp_path):
     """Only the ConfigMaps the rollout names come back: another ConfigMap of the same namespaces (kube-system's
     aws-auth, the operator's own) is neither listed nor returned, whichever way the read goes."""
-    kube_api.seed(seed.node("gpu-1", GPU), *seed.gpu_operator(config_name=""),
+    cluster.seed(seed.node("gpu-1", GPU), *seed.gpu_operator(config_name=""),
                   configmap("aws-auth", "kube-system", {"mapRoles": "- rolearn: arn:aws:iam::1:role/admin\n"}),
                   configmap("fleet-mig", "kube-system", {"config.yaml": "version: v1\n"}),
                   configmap("gpu-1-mig-config", "gpu-operator", {"config.yaml": "version: v1\n"}),
                   configmap("operator-secrets", "gpu-operator", {"token": "s3cr3t"}))
-    seen = len(kube_api.requests)
+    seen = len(cluster.requests)
     read = {"configmaps": [{"name": "fleet-mig", "namespace": "kube-system"}, {"name": "absent", "namespace": ""}],
             "operator_config_nodes": ["gpu-1"]}
     results = run_tasks([
         {"name": "here", "gpuops.mig.mig_cluster_info": read},
         {"name": "module", "gpuops.mig.mig_cluster_info": read, "vars": {"ansible_python_interpreter": module_python(tmp_path)}},
-    ], kube_env, tmp_path)
+    ], cluster_env, tmp_path)
     for name in ("here", "module"):
         found = results[name]["configmaps"]
         # default-mig-parted-config: the operator writes it from its asset on the chart's default install.
@@ -87,7 +87,8 @@ def test_configmaps_are_read_by_name_never_listed(kube_api, kube_env, tmp_path):
             ("gpu-operator", "default-mig-parted-config"), ("gpu-operator", "gpu-1-mig-config"),
             ("kube-system", "fleet-mig")], name
         assert "aws-auth" not in str(results[name]) and "s3cr3t" not in str(results[name]), name
-    configmap_reads = [r for r in kube_api.requests[seen:] if "/configmaps" in r.path]
+    configmap_reads = [r for r in cluster.requests[seen:]
+                       if "/configmaps" in r.path and r.user.endswith(":rollout")]
     assert configmap_reads and all(r.method == "GET" and not r.path.endswith("/configmaps") for r in configmap_reads), \
         [(r.method, r.path) for r in configmap_reads]
 
@@ -100,13 +101,15 @@ def module_python(tmp_path):
     return str(wrapper)
 
 
-def test_read_here_and_by_the_module_alike(kube_api, kube_env, tmp_path):
-    kube_api.seed(seed.node("gpu-1", GPU), seed.node("cpu-1"), *seed.gpu_operator(), *seed.dra_driver(),
+def test_read_here_and_by_the_module_alike(cluster, cluster_env, tmp_path):
+    cluster.seed(seed.node("gpu-1", GPU), seed.node("cpu-1"), *seed.gpu_operator(), *seed.dra_driver(),
                   seed.namespace("mig-configs"), configmap("fleet-mig", "mig-configs", {"config.yaml": "version: v1\n"}))
     # Nothing listens on port 9 of the loopback.
     closed = tmp_path / "closed-kubeconfig"
-    closed.write_text(yaml.safe_dump(dict(yaml.safe_load(open(kube_api.kubeconfig)), clusters=[
-        {"name": "kubeapi", "cluster": {"server": "http://127.0.0.1:9"}}])))
+    config = yaml.safe_load(open(cluster_env["KUBECONFIG"]))
+    for entry in config["clusters"]:
+        entry["cluster"]["server"] = "https://127.0.0.1:9"
+    closed.write_text(yaml.safe_dump(config))
     read = {"configmaps": [{"name": "fleet-mig", "namespace": "mig-configs"}], "node_status": True}
     elsewhere = {"ansible_python_interpreter": module_python(tmp_path)}
     results = run_tasks([
@@ -118,7 +121,7 @@ def test_read_here_and_by_the_module_alike(kube_api, kube_env, tmp_path):
         {"name": "closed here", "gpuops.mig.mig_cluster_info": {"kubeconfig": str(closed)}, "ignore_errors": True},
         {"name": "closed module", "gpuops.mig.mig_cluster_info": {"kubeconfig": str(closed)}, "vars": elsewhere,
          "ignore_errors": True},
-    ], kube_env, tmp_path)
+    ], cluster_env, tmp_path)
     here, module = results["here"], results["module"]
     # Only a module run reports its invocation: each task went the way it should.
     assert "invocation" in module and "invocation" not in here
@@ -132,8 +135,8 @@ def test_read_here_and_by_the_module_alike(kube_api, kube_env, tmp_path):
         assert not results[name]["msg"].startswith("Unexpected failure"), results[name]["msg"]
 
 
-def test_a_gpu_cluster_is_read(kube_api, kube_env, tmp_path):
+def test_a_gpu_cluster_is_read(cluster, cluster_env, tmp_path):
     """GPU Operator v26.7's DRA stack: a GPUCluster and no ClusterPolicy."""
-    kube_api.seed(seed.node("gpu-1", GPU), *seed.gpu_cluster())
-    read = run_tasks([{"name": "read", "gpuops.mig.mig_cluster_info": {}}], kube_env, tmp_path)["read"]
+    cluster.seed(seed.node("gpu-1", GPU), *seed.gpu_cluster())
+    read = run_tasks([{"name": "read", "gpuops.mig.mig_cluster_info": {}}], cluster_env, tmp_path)["read"]
     assert [c["metadata"]["name"] for c in read["gpu_clusters"]] == ["gpu-cluster"] and read["cluster_policies"] == []

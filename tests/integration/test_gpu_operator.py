@@ -1,6 +1,8 @@
-"""playbooks/site.yml on GPU Operator clusters (docs/gpu-operator.md): hosts whose NVML lives only under the
-driver container's root, the emulator's ClusterPolicy, operand DaemonSets, simulated mig-manager and DRA
-kubelet plugin (tests/support/kubeapi/operator.py, migmanager.py, dra.py)."""
+"""playbooks/site.yml on GPU Operator clusters (docs/gpu-operator.md), on the real test cluster as
+the rollout's ServiceAccount: hosts whose NVML lives only under the driver container's root, a
+ClusterPolicy, and the stand-ins of the operator, mig-manager and the DRA kubelet plugin
+(tests/support/kubeapi/operator.py, migmanager.py, dra.py) hosted as controllers; the operands'
+DaemonSets run their pods through kube-controller-manager and kwok."""
 
 import json
 import os
@@ -37,10 +39,10 @@ FAST = {"mig_node_validate_delay": "1",
         "mig_node_mig_manager_timeout": "60", "mig_node_validate_timeout": "60"}
 
 
-def operator_fleet(tmp_path, kube_api, kube_env, models=("1xH100-SXM5-80GB", "1xA100-SXM4-40GB"), strategy="mixed",
+def operator_fleet(tmp_path, cluster, cluster_env, models=("1xH100-SXM5-80GB", "1xA100-SXM4-40GB"), strategy="mixed",
                    device_plugin=True, config_name=USER_CONFIG, operator_env=None, **hostvars):
     """Hosts whose driver is the GPU Operator's driver container (NVML only under its root)."""
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet = Fleet(tmp_path, cluster, cluster_env)
     for i, model in enumerate(models):
         name = "gpu-%d" % i
         state = fleet.add(name, model, **hostvars)
@@ -49,16 +51,16 @@ def operator_fleet(tmp_path, kube_api, kube_env, models=("1xH100-SXM5-80GB", "1x
         sim.start_driver_container(state)
         fleet.hosts[name]["gpuops_mig_driver_root"] = root
     # The layouts live in a ConfigMap of the user's: the operator rewrites default-mig-parted-config.
-    kube_api.seed(*seed.gpu_operator(mig_strategy=strategy, config_name=config_name,
+    cluster.seed(*seed.gpu_operator(mig_strategy=strategy, config_name=config_name,
                                      config=LAYOUTS if config_name else None, device_plugin=device_plugin,
                                      env=operator_env))
-    migmanager.wait_idle(kube_api)
-    if hasattr(kube_api, "stand_ins"):
+    migmanager.wait_idle(cluster)
+    if hasattr(cluster, "stand_ins"):
         # The real control plane: the operands' pods come from kube-controller-manager's
         # DaemonSet controller and kwok, after the operator made the DaemonSets; a rollout that
         # looked before mig-manager ran on the node would take the node over instead.
-        kube_api.wait_for(lambda: operands_ready(kube_api), "the GPU Operator's operands to run")
-        migmanager.wait_idle(kube_api)
+        cluster.wait_for(lambda: operands_ready(cluster), "the GPU Operator's operands to run")
+        migmanager.wait_idle(cluster)
     return fleet
 
 
@@ -79,24 +81,24 @@ def profiles(fleet, name):
                   for gi in gpu["gpu_instances"])
 
 
-def node_labels(kube_api, name):
-    return kube_api.get("Node", name)["metadata"]["labels"]
+def node_labels(cluster, name):
+    return cluster.get("Node", name)["metadata"]["labels"]
 
 
-def test_drive_mig_manager_from_one_layout_to_another_then_converged(kube_api, kube_env, tmp_path):
-    fleet = operator_fleet(tmp_path, kube_api, kube_env)
+def test_drive_mig_manager_from_one_layout_to_another_then_converged(cluster, cluster_env, tmp_path):
+    fleet = operator_fleet(tmp_path, cluster, cluster_env)
     for layout, h100, a100 in (("layout-a", [19] * 7, [19] * 7), ("layout-b", [9, 9], [9, 9])):
         site = fleet.run("playbooks/site.yml", dict(FAST, mig_node_config_name=layout))
         assert site.returncode == 0, output(site)
         assert profiles(fleet, "gpu-0") == h100 and profiles(fleet, "gpu-1") == a100, output(site)
         for name in ("gpu-0", "gpu-1"):
-            labels = node_labels(kube_api, name)
+            labels = node_labels(cluster, name)
             assert labels[CONFIG] == layout and labels[STATE] == "success" and labels[MIG_MANAGER] == "true"
-            assert not kube_api.get("Node", name)["spec"].get("unschedulable")
+            assert not cluster.get("Node", name)["spec"].get("unschedulable")
         assert "applied by the GPU Operator's mig-manager" in site.stdout
         # The operator runs the device plugin: no second release, and its plugin advertises the layout.
-        assert kube_api.list("DaemonSet", namespace="nvidia-device-plugin") == []
-    allocatable = kube_api.get("Node", "gpu-0")["status"]["allocatable"]
+        assert cluster.list("DaemonSet", namespace="nvidia-device-plugin") == []
+    allocatable = cluster.get("Node", "gpu-0")["status"]["allocatable"]
     assert allocatable["nvidia.com/mig-3g.40gb"] == "2"
     # No boot-time restore where mig-manager owns the node (it re-applies the label at boot).
     assert not (fleet.dir / "gpu-0" / "etc" / "systemd" / "system" / "gpuops-mig-restore.service").exists()
@@ -106,15 +108,15 @@ def test_drive_mig_manager_from_one_layout_to_another_then_converged(kube_api, k
         output(again)
 
 
-def test_drive_mig_manager_recovers_the_pending_wedge_and_stops_on_a_failure(kube_api, kube_env, tmp_path):
-    fleet = operator_fleet(tmp_path, kube_api, kube_env)
-    kube_api.patch("Node", "gpu-0", {"metadata": {"annotations": {migmanager.WEDGE_ANNOTATION: "once"}}})
+def test_drive_mig_manager_recovers_the_pending_wedge_and_stops_on_a_failure(cluster, cluster_env, tmp_path):
+    fleet = operator_fleet(tmp_path, cluster, cluster_env)
+    cluster.patch("Node", "gpu-0", {"metadata": {"annotations": {migmanager.WEDGE_ANNOTATION: "once"}}})
     site = fleet.run("playbooks/site.yml", dict(FAST, mig_node_config_name="layout-a", gpuops_mig_serial="1",
                                                 mig_node_mig_manager_timeout="8"))
     assert site.returncode == 0, output(site)
     assert "Restart the node's mig-manager pod" in site.stdout
     assert profiles(fleet, "gpu-0") == [19] * 7
-    assert node_labels(kube_api, "gpu-0")["nvidia.com/gpu.deploy.device-plugin"] == "true"
+    assert node_labels(cluster, "gpu-0")["nvidia.com/gpu.deploy.device-plugin"] == "true"
 
     # mig-manager fails on gpu-0: the node stays cordoned, labelled failed, and gpu-1 is not touched.
     sim.add_fault(fleet.state_path("gpu-0"), "nvmlDeviceCreateGpuInstanceWithPlacement", "INSUFFICIENT_RESOURCES")
@@ -122,7 +124,7 @@ def test_drive_mig_manager_recovers_the_pending_wedge_and_stops_on_a_failure(kub
     failed = fleet.run("playbooks/site.yml", dict(FAST, mig_node_config_name="layout-b", gpuops_mig_serial="1"))
     assert failed.recap["gpu-0"]["failed"] == 1, output(failed)
     assert "through the GPU Operator's mig-manager failed" in failed.stdout
-    node = kube_api.get("Node", "gpu-0")
+    node = cluster.get("Node", "gpu-0")
     assert node["metadata"]["labels"][STATE] == "failed" and node["spec"]["unschedulable"] is True
     assert fleet.digest("gpu-1") == before
     # That mig-manager pod had completed a run: it left the operands paused; the collection put them back.
@@ -130,15 +132,15 @@ def test_drive_mig_manager_recovers_the_pending_wedge_and_stops_on_a_failure(kub
     assert "nvidia.com/gpu.deploy.device-plugin" in failed.stdout and "were set back to true" in failed.stdout
 
 
-def test_drive_mig_manager_on_the_default_install_with_its_per_node_config(kube_api, kube_env, tmp_path):
+def test_drive_mig_manager_on_the_default_install_with_its_per_node_config(cluster, cluster_env, tmp_path):
     """No migManager.config.name (the chart's default): mig-manager applies what it generated for the node,
     <node>-mig-config; the preview checks that config, and default-mig-parted-config is never used."""
-    fleet = operator_fleet(tmp_path, kube_api, kube_env, models=("1xH100-SXM5-80GB",), config_name="")
+    fleet = operator_fleet(tmp_path, cluster, cluster_env, models=("1xH100-SXM5-80GB",), config_name="")
     # all-3g.40gb is only in what mig-manager generated (the operator's asset has no such config).
     assert "all-3g.40gb" not in seed.DEFAULT_MIG_PARTED_CONFIG["mig-configs"]
     site = fleet.run("playbooks/site.yml", dict(FAST, mig_node_config_name="all-3g.40gb"))
     assert site.returncode == 0, output(site)
-    assert profiles(fleet, "gpu-0") == [9, 9] and node_labels(kube_api, "gpu-0")[STATE] == "success"
+    assert profiles(fleet, "gpu-0") == [9, 9] and node_labels(cluster, "gpu-0")[STATE] == "success"
     # Naming the operator's default ConfigMap is refused before any change: mig-manager does not read it.
     before = fleet.digest("gpu-0")
     refused = fleet.run("playbooks/site.yml", dict(FAST, mig_node_config_name="all-1g.10gb",
@@ -148,9 +150,9 @@ def test_drive_mig_manager_on_the_default_install_with_its_per_node_config(kube_
 
 
 def test_drive_mig_manager_with_reboot_waits_out_the_reboot_and_the_driver_rebuild(
-        kube_api, kube_env, tmp_path, monkeypatch):
+        cluster, cluster_env, tmp_path, monkeypatch):
     monkeypatch.setattr(migmanager, "TIME_SCALE", 1 / 20)     # reboot and driver rebuild: 12 s
-    fleet = operator_fleet(tmp_path, kube_api, kube_env, models=("1xA100-SXM4-40GB",),
+    fleet = operator_fleet(tmp_path, cluster, cluster_env, models=("1xA100-SXM4-40GB",),
                            operator_env={"WITH_REBOOT": "true"})
     sim.set_host(fleet.state_path("gpu-0"), passthrough=True)   # the reset is refused: the mode needs a reboot
     boot = sim.boot_id(fleet.state_path("gpu-0"))
@@ -159,41 +161,42 @@ def test_drive_mig_manager_with_reboot_waits_out_the_reboot_and_the_driver_rebui
     assert site.returncode == 0, output(site)
     assert sim.boot_id(fleet.state_path("gpu-0")) != boot and profiles(fleet, "gpu-0") == [19] * 7
     # Not taken for the stuck-at-pending case: the collection deleted no mig-manager pod.
-    assert not [r for r in kube_api.requests if r.method == "DELETE" and "/pods/nvidia-mig-manager" in r.path]
-    labels = node_labels(kube_api, "gpu-0")
+    assert not [r for r in cluster.requests if r.method == "DELETE" and r.user.endswith(":rollout")
+                and "/pods/nvidia-mig-manager" in r.path]
+    labels = node_labels(cluster, "gpu-0")
     assert labels[STATE] == "success" and labels["nvidia.com/gpu.deploy.device-plugin"] == "true"
 
 
 def test_drive_mig_manager_says_when_a_config_name_just_added_may_not_be_mounted_yet(
-        kube_api, kube_env, tmp_path, monkeypatch):
+        cluster, cluster_env, tmp_path, monkeypatch):
     monkeypatch.setattr(migmanager, "TIME_SCALE", 3.0)      # the kubelet's sync: 3 minutes, longer than the run
-    fleet = operator_fleet(tmp_path, kube_api, kube_env, models=("1xH100-SXM5-80GB",))
+    fleet = operator_fleet(tmp_path, cluster, cluster_env, models=("1xH100-SXM5-80GB",))
     added = dict(LAYOUTS["mig-configs"], **{"layout-c": [{"devices": "all", "mig-enabled": True,
                                                           "mig-devices": {"7g.80gb": 1}}]})
-    kube_api.patch("ConfigMap", USER_CONFIG, {"data": {"config.yaml": yaml.safe_dump(
+    cluster.patch("ConfigMap", USER_CONFIG, {"data": {"config.yaml": yaml.safe_dump(
         dict(LAYOUTS, **{"mig-configs": added}))}}, "gpu-operator")
     failed = fleet.run("playbooks/site.yml", dict(FAST, mig_node_config_name="layout-c"))
-    assert failed.returncode != 0 and node_labels(kube_api, "gpu-0")[STATE] == "failed", output(failed)
+    assert failed.returncode != 0 and node_labels(cluster, "gpu-0")[STATE] == "failed", output(failed)
     assert "if 'layout-c' was added to ConfigMap gpu-operator/mig-layouts in the last minutes" in failed.stdout
 
 
-def test_take_over_from_mig_manager_then_converged(kube_api, kube_env, tmp_path):
-    fleet = operator_fleet(tmp_path, kube_api, kube_env, models=("1xH100-SXM5-80GB",) * 2,
+def test_take_over_from_mig_manager_then_converged(cluster, cluster_env, tmp_path):
+    fleet = operator_fleet(tmp_path, cluster, cluster_env, models=("1xH100-SXM5-80GB",) * 2,
                            mig_node_layouts=[{"gpus": "all", "devices": {"2g.20gb": 3}}])
     # auto refuses an inventory layout on a node mig-manager manages, before any change.
     before = fleet.digest("gpu-0")
     refused = fleet.run("playbooks/site.yml", FAST)
     assert refused.returncode != 0 and "would be fought over" in refused.stdout, output(refused)
-    assert fleet.digest("gpu-0") == before and node_labels(kube_api, "gpu-0")[MIG_MANAGER] == "true"
+    assert fleet.digest("gpu-0") == before and node_labels(cluster, "gpu-0")[MIG_MANAGER] == "true"
 
     site = fleet.run("playbooks/site.yml", dict(FAST, mig_node_operator_mode="takeover"))
     assert site.returncode == 0, output(site)
     for name in ("gpu-0", "gpu-1"):
-        labels = node_labels(kube_api, name)
+        labels = node_labels(cluster, name)
         assert labels[MIG_MANAGER] == "false" and labels[STATE] == "success" and labels[CONFIG] == "custom"
         assert labels["nvidia.com/gpu.deploy.device-plugin"] == "true"
         assert profiles(fleet, name) == [14, 14, 14]
-    assert kube_api.list("Pod", namespace="gpu-operator", label_selector="app=nvidia-mig-manager") == []
+    assert cluster.list("Pod", namespace="gpu-operator", label_selector="app=nvidia-mig-manager") == []
     unit = (fleet.dir / "gpu-0" / "etc" / "systemd" / "system" / "gpuops-mig-restore.service").read_text()
     assert "After=" in unit and "kubelet.service" in unit.split("After=", 1)[1].splitlines()[0]
     # From now on auto works on these nodes (mig-manager is off there), and nothing changes.
@@ -202,15 +205,15 @@ def test_take_over_from_mig_manager_then_converged(kube_api, kube_env, tmp_path)
         output(again)
 
 
-def test_hand_a_node_back_to_mig_manager(kube_api, kube_env, tmp_path):
-    fleet = operator_fleet(tmp_path, kube_api, kube_env, models=("1xH100-SXM5-80GB",))
+def test_hand_a_node_back_to_mig_manager(cluster, cluster_env, tmp_path):
+    fleet = operator_fleet(tmp_path, cluster, cluster_env, models=("1xH100-SXM5-80GB",))
     fleet.hosts["gpu-0"]["mig_node_layouts"] = [{"gpus": "all", "devices": {"3g.40gb": 2}}]
     site = fleet.run("playbooks/site.yml", dict(FAST, mig_node_operator_mode="takeover"))
     assert site.returncode == 0, output(site)
     # Hand back (docs/gpu-operator.md): the label names an operator config matching the GPUs, then mig-manager on.
-    kube_api.patch("Node", "gpu-0", {"metadata": {"labels": {CONFIG: "layout-b", STATE: None, MIG_MANAGER: "true"}}})
-    migmanager.wait_idle(kube_api)
-    assert node_labels(kube_api, "gpu-0")[STATE] == "success" and profiles(fleet, "gpu-0") == [9, 9]
+    cluster.patch("Node", "gpu-0", {"metadata": {"labels": {CONFIG: "layout-b", STATE: None, MIG_MANAGER: "true"}}})
+    migmanager.wait_idle(cluster)
+    assert node_labels(cluster, "gpu-0")[STATE] == "success" and profiles(fleet, "gpu-0") == [9, 9]
     del fleet.hosts["gpu-0"]["mig_node_layouts"]
     again = fleet.run("playbooks/site.yml", dict(FAST, mig_node_persist="false"))
     assert again.returncode == 0 and again.recap["gpu-0"]["changed"] == 0, output(again)
@@ -241,9 +244,9 @@ def test_hand_a_node_back_to_mig_manager(kube_api, kube_env, tmp_path):
       "gpuops_mig_deploy_device_plugin": "true"},
      "already runs the device plugin; two would advertise the same GPUs"),
 ])
-def test_bad_input_is_refused_before_any_change(kube_api, kube_env, tmp_path, extra, message):
-    fleet = operator_fleet(tmp_path, kube_api, kube_env, models=("1xH100-SXM5-80GB",))
-    kube_api.seed({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "no-key", "namespace": "gpu-operator"},
+def test_bad_input_is_refused_before_any_change(cluster, cluster_env, tmp_path, extra, message):
+    fleet = operator_fleet(tmp_path, cluster, cluster_env, models=("1xH100-SXM5-80GB",))
+    cluster.seed({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "no-key", "namespace": "gpu-operator"},
                    "data": {"other": "x"}},
                   {"apiVersion": "v1", "kind": "ConfigMap",
                    "metadata": {"name": "other-layouts", "namespace": "gpu-operator"},
@@ -257,23 +260,27 @@ def test_bad_input_is_refused_before_any_change(kube_api, kube_env, tmp_path, ex
     assert site.returncode != 0
     assert message in site.stdout, output(site)
     assert fleet.digest("gpu-0") == before
-    node = kube_api.get("Node", "gpu-0")
+    node = cluster.get("Node", "gpu-0")
     assert node["metadata"]["labels"][CONFIG] == "all-disabled" and not node["spec"].get("unschedulable")
 
 
 def test_dra_driver_static_mig_is_validated_through_resourceslices_and_dynamic_mig_is_refused(
-        kube_api, kube_env, tmp_path):
-    fleet = operator_fleet(tmp_path, kube_api, kube_env, models=("1xH100-SXM5-80GB",), device_plugin=False,
+        cluster, cluster_env, tmp_path):
+    fleet = operator_fleet(tmp_path, cluster, cluster_env, models=("1xH100-SXM5-80GB",), device_plugin=False,
                            mig_node_layouts=[{"gpus": "all", "devices": {"3g.40gb": 2}}],
                            mig_node_operator_mode="takeover")
-    kube_api.seed(*seed.dra_driver())
+    cluster.seed(*seed.dra_driver())
     site = fleet.run("playbooks/site.yml", FAST)
     assert site.returncode == 0, output(site)
     assert "Wait until the node's ResourceSlices publish the layout" in site.stdout
-    devices = kube_api.list("ResourceSlice", field_selector="spec.nodeName=gpu-0")[0]["spec"]["devices"]
+    devices = cluster.list("ResourceSlice", field_selector="spec.nodeName=gpu-0")[0]["spec"]["devices"]
     assert sorted(d["attributes"]["profile"]["string"] for d in devices) == ["3g.40gb", "3g.40gb"]
 
-    kube_api.seed(*seed.dra_driver(dynamic_mig=True))     # destroys the devices it did not create
+    cluster.seed(*seed.dra_driver(dynamic_mig=True))     # destroys the devices it did not create
+    # The DaemonSet controller rolls the plugin's pod; the new one destroys them when it starts.
+    cluster.wait_for(lambda: dynamic_plugin_runs(cluster, "gpu-0"), "the DynamicMIG plugin to run",
+                     timeout=90)
+    cluster.stand_ins.sync()
     fleet.hosts["gpu-0"]["mig_node_layouts"] = [{"gpus": "all", "devices": {"1g.10gb": 7}}]
     before = fleet.digest("gpu-0")
     refused = fleet.run("playbooks/site.yml", FAST)
@@ -281,17 +288,30 @@ def test_dra_driver_static_mig_is_validated_through_resourceslices_and_dynamic_m
     assert fleet.digest("gpu-0") == before
 
 
-def test_a_gpu_cluster_node_gets_its_static_layout_from_the_collection(kube_api, kube_env, tmp_path):
+def dynamic_plugin_runs(cluster, node):
+    """A pod of NVIDIA's DRA kubelet plugin with DynamicMIG on runs on `node`, and no other."""
+    pods = [p for p in cluster.list("Pod", "nvidia-dra-driver-gpu", field_selector="spec.nodeName=" + node)
+            if not p["metadata"].get("deletionTimestamp")]
+    gates = [e.get("value") for p in pods for e in p["spec"]["containers"][0].get("env") or []
+             if e["name"] == "FEATURE_GATES"]
+    return len(pods) == 1 and pods[0]["status"].get("phase") == "Running" and gates == ["DynamicMIG=true"]
+
+
+def test_a_gpu_cluster_node_gets_its_static_layout_from_the_collection(cluster, cluster_env, tmp_path):
     """GPU Operator v26.7's GPUCluster runs NVIDIA's DRA driver and no mig-manager: its MIG devices must be set up
     beforehand. The collection applies the layout itself and deploys no device plugin beside the DRA driver. The
-    GPUCluster's DRA kubelet plugin and DCGM (the emulator's gpucluster.py renders them) are paused through their
+    GPUCluster's DRA kubelet plugin and DCGM (the stand-in gpucluster.py renders them) are paused through their
     deploy labels while the GPUs change, come back afterwards, and the plugin's ResourceSlice is checked."""
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet = Fleet(tmp_path, cluster, cluster_env)
     fleet.add("gpu-0", "1xH100-SXM5-80GB", mig_node_layouts=[{"gpus": "all", "devices": {"3g.40gb": 2}}])
-    kube_api.seed(*seed.gpu_cluster())
-    running = kube_api.list("Pod", namespace="gpu-operator", field_selector="spec.nodeName=gpu-0")
-    assert sorted(p["metadata"]["labels"]["app"] for p in running) == [
-        "nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra", "nvidia-dra-driver-kubelet-plugin"]
+    cluster.seed(*seed.gpu_cluster())
+    operands = ["nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra", "nvidia-dra-driver-kubelet-plugin"]
+
+    def running():
+        pods = cluster.list("Pod", namespace="gpu-operator", field_selector="spec.nodeName=gpu-0")
+        return sorted(p["metadata"]["labels"]["app"] for p in pods
+                      if p["status"].get("phase") == "Running")
+    cluster.wait_for(lambda: running() == operands, "the GPUCluster's operands to run")
     refused = fleet.run("playbooks/site.yml", dict(FAST, mig_node_operator_mode="mig-manager"))
     assert refused.returncode != 0 and "GPUCluster gpu-cluster runs NVIDIA's DRA driver and no mig-manager" in \
         refused.stdout, output(refused)
@@ -302,42 +322,42 @@ def test_a_gpu_cluster_node_gets_its_static_layout_from_the_collection(kube_api,
         entry = (labels.get(STATE), labels.get(DRA_PLUGIN), labels.get(DCGM_DRA), labels.get(DRA_VALIDATOR))
         if not history or history[-1] != entry:
             history.append(entry)
-    kube_api.on("modified", record, kind="Node")
-    kube_api.on("deleted", lambda event: gone.append(event.obj["metadata"]["labels"].get("app")), kind="Pod")
+    cluster.on("modified", record, kind="Node")
+    cluster.on("deleted", lambda event: gone.append(event.obj["metadata"]["labels"].get("app")), kind="Pod")
     site = fleet.run("playbooks/site.yml", FAST)
     assert site.returncode == 0, output(site)
     assert "a static layout under the GPUCluster gpu-cluster" in site.stdout
-    assert profiles(fleet, "gpu-0") == [9, 9] and node_labels(kube_api, "gpu-0")[STATE] == "success"
+    assert profiles(fleet, "gpu-0") == [9, 9] and node_labels(cluster, "gpu-0")[STATE] == "success"
     # Paused while the change was pending (the driver and the DRA validator run on), then put back.
     paused = "paused-for-mig-change"
     assert ("pending", paused, paused, "true") in history, history
     assert history[-1] == ("success", "true", "true", "true"), history
     assert {"nvidia-dra-driver-kubelet-plugin", "nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra"} <= set(gone), gone
-    assert node_labels(kube_api, "gpu-0")["nvidia.com/gpu.deploy.dcgm-exporter-dra"] == "true"
-    assert "gpuops.mig/owed" not in kube_api.get("Node", "gpu-0")["metadata"].get("annotations", {})
+    assert node_labels(cluster, "gpu-0")["nvidia.com/gpu.deploy.dcgm-exporter-dra"] == "true"
+    assert "gpuops.mig/owed" not in cluster.get("Node", "gpu-0")["metadata"].get("annotations", {})
     # Validated on the ResourceSlice the restarted plugin published: the node's devices are the layout.
     assert "Wait until the node's ResourceSlices publish the layout" in site.stdout
-    devices = kube_api.list("ResourceSlice", field_selector="spec.nodeName=gpu-0")[0]["spec"]["devices"]
+    devices = cluster.list("ResourceSlice", field_selector="spec.nodeName=gpu-0")[0]["spec"]["devices"]
     assert sorted(d["attributes"]["profile"]["string"] for d in devices) == ["3g.40gb", "3g.40gb"]
-    assert kube_api.list("DaemonSet", namespace="nvidia-device-plugin") == []
+    assert cluster.list("DaemonSet", namespace="nvidia-device-plugin") == []
 
     # A run that died after pausing them and changing the GPUs: the next run puts the labels back first and
     # validates on the ResourceSlices (the plugin's DaemonSet still counts as the node's while its label is paused).
     owed = {"run": "20261125T080000Z-dead", "job": "", "time": "2026-11-25T08:00:00Z", "services": [],
             "operands": {DRA_PLUGIN: "true", DCGM_DRA: "true"}, "device_plugin": True}
-    kube_api.patch("Node", "gpu-0", {"metadata": {"labels": {DRA_PLUGIN: paused, DCGM_DRA: paused},
+    cluster.patch("Node", "gpu-0", {"metadata": {"labels": {DRA_PLUGIN: paused, DCGM_DRA: paused},
                                                   "annotations": {"gpuops.mig/owed": json.dumps(owed)}}})
     # ... and the node's Lease, which names that run as its last holder (what ties the record to
     # it).
-    kube_api.patch("Lease", "gpuops-mig-gpu-0",
+    cluster.patch("Lease", "gpuops-mig-gpu-0",
                    {"metadata": {"annotations": {"gpuops.mig/lease-run-id": owed["run"]}}},
                    namespace="default")
     repaired = fleet.run("playbooks/site.yml", FAST)
     assert repaired.returncode == 0, output(repaired)
     assert "run 20261125T080000Z-dead, interrupted" in repaired.stdout, output(repaired)
     assert "Wait until the node's ResourceSlices publish the layout" in repaired.stdout
-    assert (node_labels(kube_api, "gpu-0")[DRA_PLUGIN], node_labels(kube_api, "gpu-0")[DCGM_DRA]) == ("true", "true")
-    assert "gpuops.mig/owed" not in kube_api.get("Node", "gpu-0")["metadata"].get("annotations", {})
+    assert (node_labels(cluster, "gpu-0")[DRA_PLUGIN], node_labels(cluster, "gpu-0")[DCGM_DRA]) == ("true", "true")
+    assert "gpuops.mig/owed" not in cluster.get("Node", "gpu-0")["metadata"].get("annotations", {})
 
 
 # NVIDIA's host service as NVIDIA/mig-parted deployments/systemd installs it: a oneshot unit that applies the
@@ -378,11 +398,11 @@ def nvidia_mig_manager_service(fleet, name, selected="all-disabled"):
 
 
 def test_nvidia_host_mig_manager_service_is_off_while_we_manage_the_node_and_back_on_at_hand_back(
-        kube_api, kube_env, tmp_path):
+        cluster, cluster_env, tmp_path):
     """A host-driver node with NVIDIA's nvidia-mig-manager.service: it would revert the layout at every boot,
     after the collection's boot-time restore. It is disabled while the collection manages the node (its
     override.conf as found) and enabled again by playbooks/disable.yml."""
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet = Fleet(tmp_path, cluster, cluster_env)
     fleet.add("gpu-0", "1xA100-SXM4-40GB", mig_node_layouts=[{"gpus": "all", "devices": {"3g.20gb": 2}}])
     systemctl, override = nvidia_mig_manager_service(fleet, "gpu-0")
     before = override.read_bytes()

@@ -22,10 +22,10 @@ def with_env(obj, env):
     return obj
 
 
-def test_no_pod_or_daemonset_spec_reaches_the_json_callback(kube_api, kube_env, tmp_path):
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+def test_no_pod_or_daemonset_spec_reaches_the_json_callback(cluster, cluster_env, tmp_path):
+    fleet = Fleet(tmp_path, cluster, cluster_env)
     fleet.add("node-a", "1xA30-24GB", node_labels={DCGM_EXPORTER: "true"}, mig_node_layouts=LAYOUT)
-    kube_api.seed(
+    cluster.seed(
         seed.daemonset(
             "dcgm-exporter",
             namespace="gpu-operator",

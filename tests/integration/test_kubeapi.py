@@ -20,29 +20,13 @@ from tests.support.kubeapi import ApiError, seed
 from tests.support.kubeapi import patch as patches
 from tests.support.kubeapi import protobuf
 from tests.support.kubeapi.deviceplugin import advertise
+from tests.support.playbook import run_tasks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 BIN = os.path.dirname(sys.executable)
 CHART = os.path.join(REPO, "tests", "support", "charts", "nvidia-device-plugin")
 GPU = {"nvidia.com/gpu.present": "true"}
-
-
-def run_tasks(tasks, env, tmp_path):
-    """Run `tasks` on localhost with ansible-playbook; returns {task name: result}."""
-    playbook = tmp_path / "playbook.yml"
-    playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
-    env = dict(env,
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "collections"),
-               ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-               ANSIBLE_PYTHON_INTERPRETER=sys.executable,
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-               ANSIBLE_DEPRECATION_WARNINGS="False")
-    proc = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", "localhost,", "-c", "local", str(playbook)],
-                          env=env, capture_output=True, text=True, timeout=180, check=False)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    plays = json.loads(proc.stdout)["plays"]
-    return {task["task"]["name"]: task["hosts"]["localhost"] for task in plays[0]["tasks"]}
 
 
 def node_labels(api, name):

@@ -14,7 +14,7 @@ from kubernetes import dynamic as k8s_dynamic
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 import gpuops_mig_sim as sim
-from tests.integration.test_kubeapi import run_tasks
+from tests.support.playbook import run_tasks
 from tests.support.kubeapi import allocations, dra, migmanager, seed
 
 GPU = {"nvidia.com/gpu.present": "true"}

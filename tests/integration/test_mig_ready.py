@@ -122,9 +122,7 @@ def test_a_joining_node_takes_gpu_pods_only_once_its_layout_is_advertised_a_fail
 ):
     _java()
     # The watcher runs as what rbac/ready.yml grants, with the rollout's roles.
-    roles = ROLLOUT_RBAC + [os.path.join(RBAC, "ready.yml")]
-    kubeconfig = cluster.service_account_kubeconfig(tmp_path / "ready.kubeconfig", "ready", roles)
-    env = client_env(kubeconfig, tmp_path, cluster.control_plane.bin_dir)
+    env = ready_env(cluster, tmp_path)
     fleet = Fleet(tmp_path, cluster, env)
     good, bad = fleet.state_path("gpu-new"), fleet.state_path("gpu-bad")
     sim.create_state(
@@ -251,12 +249,20 @@ def test_a_joining_node_takes_gpu_pods_only_once_its_layout_is_advertised_a_fail
     assert gate_requests == [], "the gate wrote gpu-bad's taints: %s" % gate_requests
 
 
-def test_a_taint_kubernetes_would_refuse_stops_the_gate_before_any_write(
-        kube_api, kube_env, tmp_path):
+def ready_env(cluster, tmp_path):
+    """A client environment as the ServiceAccount of rbac/ready.yml with the rollout's roles."""
+    roles = ROLLOUT_RBAC + [os.path.join(RBAC, "ready.yml")]
+    kubeconfig = cluster.service_account_kubeconfig(tmp_path / "ready.kubeconfig", "ready", roles)
+    return client_env(kubeconfig, tmp_path, cluster.control_plane.bin_dir)
+
+
+def test_a_taint_kubernetes_would_refuse_stops_the_gate_before_any_write(cluster, tmp_path):
     """The verdict (filter gpuops.mig.mig_ready) refuses the taint, naming the variable; the gate
     only read the Nodes."""
-    kube_api.seed(seed.node("gpu-new", {"pool": "h100-1g"}, taints=[TAINT]))
-    env = dict(kube_env, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
+    cluster.seed(seed.node("gpu-new", {"pool": "h100-1g"}, taints=[TAINT]))
+    env = ready_env(cluster, tmp_path)
+    seen = len(cluster.requests)
+    env = dict(env, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
                ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".build", "collections"))
     local = "localhost ansible_connection=local ansible_python_interpreter=%s" % os.path.join(
         BIN, "python")
@@ -271,5 +277,6 @@ def test_a_taint_kubernetes_would_refuse_stops_the_gate_before_any_write(
     assert proc.returncode != 0, out
     assert "Decide for each held node" in out and "gpuops_mig_ready_taint" in out, out
     assert "a taint's effect is one of NoSchedule" in out, out
-    assert [r for r in kube_api.requests if r.method != "GET"] == []
-    assert kube_api.get("Node", "gpu-new")["spec"]["taints"][0]["key"] == TAINT["key"]
+    gate = [r for r in cluster.requests[seen:] if r.user.endswith(":ready")]
+    assert gate and [r for r in gate if r.method != "GET"] == []
+    assert cluster.get("Node", "gpu-new")["spec"]["taints"][0]["key"] == TAINT["key"]

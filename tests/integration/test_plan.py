@@ -1,6 +1,6 @@
-"""playbooks/plan.yml against simulated hosts and pending pods: on the real test cluster, where the
-scheduler leaves them Pending until a node advertises what they ask for and then runs them, and
-(ResourceClaims, Kueue Workloads) on the Kubernetes API emulator."""
+"""playbooks/plan.yml against simulated hosts and pending pods, ResourceClaims and Kueue
+Workloads, on the real test cluster: the scheduler leaves the pods Pending until a node
+advertises what they ask for and then runs them."""
 
 import json
 import os
@@ -11,7 +11,7 @@ import yaml
 import gpuops_mig_sim as sim
 from test_roles import Fleet, output
 from tests.integration.conftest import RBAC, ROLLOUT_RBAC, client_env
-from tests.support.kubeapi import seed
+from tests.support.kubeapi import kueue, seed
 from tests.support.simhost import nvml_on
 
 pytestmark = pytest.mark.playbook
@@ -148,41 +148,42 @@ def test_site_applies_the_plan_and_the_pending_pods_then_fit(cluster, planner_en
         assert hosts[name]["kubernetes"]["mig_config_state"] == labels["nvidia.com/mig.config.state"] == "success"
 
 
-def test_pending_resource_claims_of_the_dra_driver_are_demand(kube_api, kube_env, tmp_path):
-    """NVIDIA's DRA driver: a pending ResourceClaim of the DeviceClass mig.nvidia.com, its profile in the CEL
-    selector, asks for MIG devices as a pending pod does (it may have no pod yet)."""
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+def test_pending_resource_claims_of_the_dra_driver_are_demand(cluster, planner_env, tmp_path):
+    """NVIDIA's DRA driver: a pending ResourceClaim of the DeviceClass mig.nvidia.com, its
+    profile in the CEL selector, asks for MIG devices as a pending pod does (it may have no pod
+    yet, so the scheduler leaves it unallocated)."""
+    fleet = Fleet(tmp_path, cluster, planner_env)
     fleet.add("gpu-a", "1xH100-SXM5-80GB")
-    expression = "device.attributes['gpu.nvidia.com'].profile == '2g.20gb'"
-    kube_api.seed(*seed.dra_driver(), {
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "train", "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "mig", "exactly": {
-            "deviceClassName": "mig.nvidia.com", "count": 3, "selectors": [{"cel": {"expression": expression}}]}}]}}})
+    cluster.seed(*seed.dra_driver(), seed.resource_claim("train", count=3, profile="2g.20gb"))
     plan_file = tmp_path / "plan.json"
-    run = fleet.run("playbooks/plan.yml", {"gpuops_mig_plan_file": str(plan_file),
-                                           "gpuops_mig_plan_vars_file": str(tmp_path / "plan-vars.yml")})
+    run = fleet.run("playbooks/plan.yml", {
+        "gpuops_mig_plan_file": str(plan_file),
+        "gpuops_mig_plan_vars_file": str(tmp_path / "plan-vars.yml")})
     assert run.returncode == 0, output(run)
     plan = json.loads(plan_file.read_text())
-    assert plan["nodes"]["gpu-a"]["layouts"] == [{"gpus": [0], "mig_enabled": True, "devices": {"2g.20gb": 3}}]
+    assert plan["nodes"]["gpu-a"]["layouts"] == [
+        {"gpus": [0], "mig_enabled": True, "devices": {"2g.20gb": 3}}]
 
 
-def test_kueue_workloads_waiting_for_admission_are_demand(kube_api, kube_env, tmp_path):
-    """Kueue holds a job back without pods until its Workload is admitted: a waiting Workload's pod sets are
-    demand (count x the template's requests). An admitted one has its pods, which are counted once, as pods; a
-    Workload that cannot be read is named in a warning and left out."""
-    from tests.support.kubeapi import kueue
+def test_kueue_workloads_waiting_for_admission_are_demand(cluster, planner_env, tmp_path):
+    """Kueue holds a job back without pods until its Workload is admitted: a waiting Workload's
+    pod sets are demand (count x the template's requests). An admitted one has its pods, which
+    are counted once, as pods; a Workload that cannot be read is named in a warning and left
+    out. The Workloads are Kueue's real CRD's, owned by suspended Jobs as Kueue makes them."""
+    from test_eda_demand_sources import kueue_crd, workload
 
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+    fleet = Fleet(tmp_path, cluster, planner_env)
     fleet.add("gpu-a", "1xH100-SXM5-80GB")
     plan_file = tmp_path / "plan.json"
-    files = {"gpuops_mig_plan_file": str(plan_file), "gpuops_mig_plan_vars_file": str(tmp_path / "plan-vars.yml")}
-    broken = kueue.workload("broken", [kueue.pod_set("main", 2, {"nvidia.com/mig-1g.10gb": "half"})])
-    kube_api.seed(kueue.crd(),
-                  kueue.workload("train", [kueue.pod_set("main", 3, {"nvidia.com/mig-1g.10gb": 1})]),
-                  kueue.workload("infer", [kueue.pod_set("main", 1, {"nvidia.com/mig-2g.20gb": 1})], admitted=True),
-                  seed.pod("infer-main-0", limits={"nvidia.com/mig-2g.20gb": 1}, owner=("Job", "infer"),
-                           phase="Pending"),
-                  broken)
+    files = {"gpuops_mig_plan_file": str(plan_file),
+             "gpuops_mig_plan_vars_file": str(tmp_path / "plan-vars.yml")}
+    cluster.seed(kueue_crd())
+    workload(cluster, "train", [kueue.pod_set("main", 3, {"nvidia.com/mig-1g.10gb": 1})])
+    workload(cluster, "infer", [kueue.pod_set("main", 1, {"nvidia.com/mig-2g.20gb": 1})],
+             admitted=True)
+    workload(cluster, "broken", [kueue.pod_set("main", 2, {"nvidia.com/mig-1g.10gb": "half"})])
+    # The admitted job's pod, still pending (what Kueue's job controller has it make).
+    cluster.seed(seed.pod("infer-main-0", limits={"nvidia.com/mig-2g.20gb": 1}, phase="Pending"))
     run = fleet.run("playbooks/plan.yml", files)
     assert run.returncode == 0, output(run)
     plan = json.loads(plan_file.read_text())
@@ -190,12 +191,17 @@ def test_kueue_workloads_waiting_for_admission_are_demand(kube_api, kube_env, tm
         {"gpus": [0], "mig_enabled": True, "devices": {"1g.10gb": 3, "2g.20gb": 1}}]
     demand = dict((row["request"], row["requested"]) for row in plan["report"]["demand"])
     assert demand == {"1g.10gb": 3, "2g.20gb": 1}, plan["report"]["demand"]
-    assert "Kueue Workload default/job-broken skipped" in run.stdout and "'half'" in run.stdout, output(run)
+    assert "Kueue Workload default/job-broken skipped" in run.stdout, output(run)
+    assert "'half'" in run.stdout, output(run)
     table = (tmp_path / "plan.txt").read_text()
-    assert "Workload default/job-train (pod set main x3)" in json.dumps(plan["report"]) and "job-broken" in table
+    assert "Workload default/job-train (pod set main x3)" in json.dumps(plan["report"])
+    assert "job-broken" in table
 
     # Without Kueue (no CRD) there are no Workloads: the same plan from the pod alone, no error.
-    kube_api.delete("CustomResourceDefinition", kueue.CRD)
+    cluster.delete("CustomResourceDefinition", kueue.CRD)
+    cluster.wait_for(lambda: cluster.find("CustomResourceDefinition", kueue.CRD) is None,
+                     "Kueue's CRD to be deleted")
     run = fleet.run("playbooks/plan.yml", files)
     assert run.returncode == 0, output(run)
-    assert json.loads(plan_file.read_text())["nodes"]["gpu-a"]["layouts"][0]["devices"] == {"2g.20gb": 1}
+    layouts = json.loads(plan_file.read_text())["nodes"]["gpu-a"]["layouts"]
+    assert layouts[0]["devices"] == {"2g.20gb": 1}

@@ -41,8 +41,8 @@ def run_slices(fleet, tmp_path, slices, extravars):
     return runners
 
 
-def test_two_slices_at_once_roll_the_fleet_and_deploy_one_device_plugin(kube_api, kube_env, tmp_path):
-    fleet = Fleet(tmp_path, kube_api, kube_env)
+def test_two_slices_at_once_roll_the_fleet_and_deploy_one_device_plugin(cluster, cluster_env, tmp_path):
+    fleet = Fleet(tmp_path, cluster, cluster_env)
     names = ["gpu-%d" % i for i in range(4)]
     for name in names:
         fleet.add(name, "1xH100-SXM5-80GB", mig_node_layouts=LAYOUT)
@@ -54,17 +54,17 @@ def test_two_slices_at_once_roll_the_fleet_and_deploy_one_device_plugin(kube_api
         assert runner.status == "successful", (number, runner.stdout.read()[-4000:])
         assert runner.stats["failures"] == {}, runner.stats
     for name in names:
-        labels = kube_api.get("Node", name)["metadata"]["labels"]
+        labels = cluster.get("Node", name)["metadata"]["labels"]
         assert labels[STATE] == "success" and labels[CONFIG] == "custom", name
-        assert kube_api.get("Node", name)["status"]["allocatable"]["nvidia.com/mig-1g.10gb"] == "7"
+        assert cluster.get("Node", name)["status"]["allocatable"]["nvidia.com/mig-1g.10gb"] == "7"
     # One device plugin release for the cluster, however many slices deployed it.
-    assert len(kube_api.list("DaemonSet", namespace="nvidia-device-plugin")) >= 1
-    releases = [s for s in kube_api.list("Secret", namespace="nvidia-device-plugin")
+    assert len(cluster.list("DaemonSet", namespace="nvidia-device-plugin")) >= 1
+    releases = [s for s in cluster.list("Secret", namespace="nvidia-device-plugin")
                 if s["metadata"].get("labels", {}).get("owner") == "helm"]
     assert {s["metadata"]["labels"]["name"] for s in releases} == {"nvidia-device-plugin"}
 
     # The slices shared the fleet's lease (one rollout) and left it released.
-    assert not kube_api.get("Lease", "gpuops-mig-rollout")["spec"].get("holderIdentity")
+    assert not cluster.get("Lease", "gpuops-mig-rollout")["spec"].get("holderIdentity")
 
     # Converged: both slices again, nothing changes.
     again = run_slices(fleet, tmp_path / "again", slices, extravars)

@@ -108,20 +108,30 @@ class _Informer:
                 log.debug("watch of %s ended: %s; listing again", self.kind, exc)
                 stopping.wait(0.2)
 
-    def current(self) -> bool:
-        """Whether the cache holds every object of the kind as the API server holds it now (or a
-        newer write of ours)."""
+    def behind(self) -> list | None:
+        """What the cache lacks or holds stale against what the API server holds now (a newer
+        write of ours is not stale), as (namespace, name) keys: [] when it is current, None
+        when the kind is not listed yet."""
         try:
             listed = self.client.list(self.kind)
         except ApiError:
-            return not self.available  # a kind not served: current while the cache knows it
+            # a kind not served: current while the cache knows it
+            return [] if not self.available else None
         if not self.synced.is_set() or not self.available:
-            return False
+            return None
         now = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in listed}
         cached = dict(self.objects)
-        return set(cached) <= set(now) and all(
-            key in cached and _rv(cached[key]) >= _rv(obj) for key, obj in now.items()
-        )
+        return sorted(set(cached) - set(now)) + sorted(
+            key for key, obj in now.items() if key not in cached or _rv(cached[key]) < _rv(obj))
+
+    def relist(self) -> None:
+        """Takes what the API server holds now, as a watch that lags behind would only later.
+        A late event of the watch then finds newer objects here and is dropped."""
+        listed = self.client.list(self.kind)
+        self.objects = {
+            (o["metadata"].get("namespace"), o["metadata"]["name"]): dict(o, kind=self.kind)
+            for o in listed
+        }
 
     def apply(self, event_type, obj):
         meta = obj.get("metadata") or {}
@@ -300,13 +310,24 @@ class StandIns:
         """Returns once every informer's cache holds what the API server held at the call and a
         pass has run over it: the stand-ins have started what they do about every change stored
         before the call (the emulator's controllers run inside the write; these, after a watch)."""
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
         for informer in self.informers.values():
-            while not informer.current():
-                if time.monotonic() > deadline:
+            relisted = False
+            while True:
+                behind = informer.behind()
+                if behind == []:
+                    break
+                waited = time.monotonic() - started
+                if waited > timeout:
                     raise TimeoutError(
                         f"the {informer.kind} cache is not current after {timeout} s"
+                        f" (behind: {behind}, relisted: {relisted})"
                     )
+                if waited > timeout / 3 and behind and not relisted:
+                    # A watch on a loaded machine can lag by seconds: list instead.
+                    log.warning("the %s watch lags (%s): listing", informer.kind, behind)
+                    informer.relist()
+                    relisted = True
                 time.sleep(0.05)
         self.run_once()
 

@@ -131,7 +131,7 @@ def devices(state) -> list:
     out = []
     for gpu in state["gpus"]:
         model = models.MODELS[gpu["model"]]
-        common = {"productName": {"string": model.name}, "driverVersion": {"version": state["driver_version"]}}
+        common = {"productName": {"string": model.name}, "driverVersion": dynamic.driver_version(state)}
         if not sim.state.mig_enabled(gpu):
             out.append({"name": f"gpu-{gpu['index']}",
                         "attributes": dict(common, type={"string": "gpu"}, uuid={"string": gpu["uuid"]}),

@@ -48,13 +48,21 @@ def _canonical(profile: str) -> str:
     return re.sub(r"[^a-z0-9-]", "", profile.lower().replace(".", "").replace("+", "-"))
 
 
+def driver_version(state) -> dict:
+    """The driverVersion attribute: a semantic version, as the API server requires of a version
+    attribute. NVIDIA's driver parses the driver's version leniently, so 570.124.06 is published
+    as 570.124.6."""
+    parts = state["driver_version"].split(".")
+    return {"version": ".".join(str(int(p)) if p.isdigit() else p for p in parts)}
+
+
 def gpu_slices(state) -> tuple:
     """(counter sets, [devices per GPU]) for a simulated host under DynamicMIG."""
     sim, models = _simulator()
     counter_sets, per_gpu = [], []
     for gpu in state["gpus"]:
         model = models.MODELS[gpu["model"]]
-        common = {"productName": {"string": model.name}, "driverVersion": {"version": state["driver_version"]}}
+        common = {"productName": {"string": model.name}, "driverVersion": driver_version(state)}
         whole = {"name": f"gpu-{gpu['index']}",
                  "attributes": dict(common, type={"string": "gpu"}, uuid={"string": gpu["uuid"]}),
                  "capacity": {"memory": {"value": f"{model.memory_mib}Mi"}}}

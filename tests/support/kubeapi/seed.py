@@ -270,8 +270,9 @@ def dra_driver(namespace: str = "nvidia-dra-driver-gpu", *, dynamic_mig: bool = 
     """NVIDIA's DRA driver for GPUs as its chart installs it (kubelet plugin only): the namespace, the
     DaemonSet dra-driver-nvidia-gpu-kubelet-plugin (pods labelled app.kubernetes.io/name=dra-driver-nvidia-gpu;
     env FEATURE_GATES=DynamicMIG=true with dynamic_mig; the chart's default affinity on
-    nvidia.com/gpu.present=true unless node_selector is given) and the DeviceClasses gpu.nvidia.com and
-    mig.nvidia.com. The emulator's dra.py plays the plugin on nodes linked to a simulated GPU host."""
+    nvidia.com/gpu.present=true unless node_selector is given), its ServiceAccount and the DeviceClasses
+    gpu.nvidia.com and mig.nvidia.com. The stand-in dra.py plays the plugin on nodes linked to a simulated
+    GPU host."""
     labels = dict(DRA_POD_LABEL, **{"app.kubernetes.io/component": "kubelet-plugin"})
     env = [{"name": "NVIDIA_DRIVER_ROOT", "value": "/"}]
     if dynamic_mig:
@@ -295,8 +296,11 @@ def dra_driver(namespace: str = "nvidia-dra-driver-gpu", *, dynamic_mig: bool = 
         return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
                 "spec": {"selectors": [{"cel": {"expression": expression}}]}}
 
+    # The chart's ServiceAccount: a real API server refuses the plugin's pods without it.
+    account = {"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": spec["serviceAccountName"], "namespace": namespace}}
     return [
-        namespace_manifest(namespace), daemonset,
+        namespace_manifest(namespace), account, daemonset,
         device_class("gpu.nvidia.com", "device.driver == 'gpu.nvidia.com' && "
                                        "device.attributes['gpu.nvidia.com'].type == 'gpu'"),
         device_class("mig.nvidia.com", "device.driver == 'gpu.nvidia.com' && "
