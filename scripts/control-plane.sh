@@ -86,7 +86,7 @@ step "kwok $KWOK (2 of 3)"
   -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK#v}" sigs.k8s.io/kwok/cmd/kwok)
 write_stages "$dir.tmp/kwok-stages.yaml"
 step "kubernetes $K8S: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (3 of 3;" \
-  "about 25 minutes cold on 2 cores)"
+  "6 to 10 minutes cold on 2 cores)"
 (cd "$mods/kubernetes" && go build -trimpath -pgo=off -tags selinux,notest -o "$dir.tmp/" \
   -ldflags "$stamp" k8s.io/kubernetes/cmd/kube-apiserver \
   k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler \

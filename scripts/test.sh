@@ -2,7 +2,7 @@
 # The whole test suite: unit and playbook tests (pytest), ansible-test sanity, the
 # changelog lint, ansible-lint, and the SSH fleet test bed (molecule; GPUOPS_TESTBED=0 skips it).
 # Installs what it needs first (scripts/setup.sh), and builds the test cluster's control plane
-# from the pinned Go modules (scripts/control-plane.sh: about 15 minutes the first time on
+# from the pinned Go modules (scripts/control-plane.sh: 8 to 15 minutes the first time on
 # 2 cores, then cached outside the checkout).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -34,7 +34,10 @@ is killed and run again; the node must come back whole as after the handoff scen
     .venv/bin/python tests/crash/sweep.py --scenario handoff
     .venv/bin/python tests/crash/sweep.py --scenario takeback
 
-tests/integration/test_crash_sweep.py runs a subset of the first two in CI.
+Every scenario runs on the real test cluster (tests/support/controlplane: etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler, kwok and the NVIDIA stand-ins), as the rollout's
+ServiceAccount (rbac/). Run by hand, the sweep starts one and resets it before each point;
+tests/integration/test_crash_sweep.py runs a subset of the first two in CI on its worker's cluster.
 """
 
 from __future__ import annotations
@@ -59,7 +62,11 @@ from gpuops_mig_sim import models  # noqa: E402
 from test_roles import CONFIG, DCGM_EXPORTER, EXAMPLE, STATE, Fleet, recap  # noqa: E402
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _nvidia_caps  # noqa: E402
-from tests.support.kubeapi import KubeAPI, hami, seed  # noqa: E402
+from tests.integration.conftest import ROLLOUT_RBAC, client_env  # noqa: E402
+from tests.support.controlplane.cluster import TestCluster  # noqa: E402
+from tests.support.controlplane.launcher import ControlPlane  # noqa: E402
+from tests.support.controlplane.standins import StandIns  # noqa: E402
+from tests.support.kubeapi import hami, seed  # noqa: E402
 
 PAUSED = "paused-for-mig-change"
 # What the re-run may take: the variables a test of a crashed run needs so that nothing waits on
@@ -84,26 +91,23 @@ HANDOFF_VARS = {"mig_node_operator_mode": "dynamic-hami"}
 TAKE_BACK_VARS = {"mig_node_dynamic_take_back": True}
 
 
-def kube_env(api, scratch):
-    env = dict(os.environ)
-    env.update(KUBECONFIG=api.kubeconfig, K8S_AUTH_KUBECONFIG=api.kubeconfig,
-               KUBECACHEDIR=str(scratch / "kube-cache"), HELM_CACHE_HOME=str(scratch / "helm" / "cache"),
-               HELM_CONFIG_HOME=str(scratch / "helm" / "config"), HELM_DATA_HOME=str(scratch / "helm" / "data"),
-               TMPDIR=str(scratch))
-    return env
+def empty_fleet(workdir, api):
+    """An empty fleet on `api`, a TestCluster with its stand-ins as a test left it (the caller
+    resets it), run as the rollout's ServiceAccount."""
+    kubeconfig = api.service_account_kubeconfig(workdir / "rollout.kubeconfig", "rollout", ROLLOUT_RBAC)
+    return Fleet(workdir, api, client_env(kubeconfig, workdir, api.control_plane.bin_dir))
 
 
-def empty_fleet(workdir):
-    """A started emulator and an empty fleet that talks to it. Returns (api, fleet)."""
-    api = KubeAPI().start()
-    api.write_kubeconfig(workdir / "kubeconfig")
-    (workdir / "client-tmp").mkdir()
-    return api, Fleet(workdir, api, kube_env(api, workdir / "client-tmp"))
+def fresh(api):
+    """`api` as it started: what an earlier point made deleted, the stand-ins' memory forgotten."""
+    api.reset()
+    api.stand_ins.reset()
+    return api
 
 
-def rollout_fleet(workdir, extra_vars=None):
-    """The rollout scenario: a started emulator and the fleet before the change. Returns (api, fleet)."""
-    api, fleet = empty_fleet(workdir)
+def rollout_fleet(workdir, api, extra_vars=None):
+    """The rollout scenario on `api`: the fleet before the change."""
+    fleet = empty_fleet(workdir, api)
     a = fleet.add("node-a", "1xA100-SXM4-40GB", node_labels={DCGM_EXPORTER: "true", CONFIG: "all-balanced"},
                   mig_node_config_file=os.path.join(EXAMPLE, "mig-parted-config.yaml"))
     sim.set_host(a, add_clients=["nvidia-dcgm"])
@@ -112,50 +116,49 @@ def rollout_fleet(workdir, extra_vars=None):
     api.seed(   # site.yml deploys the device plugin chart itself
         seed.daemonset("dcgm-exporter", namespace="gpu-operator", labels={"app": "nvidia-dcgm-exporter"},
                        node_selector={DCGM_EXPORTER: "true"}),
-        seed.replicaset("train-7d9f", 1, namespace="ml", labels={"app": "train"}),
-        seed.pod("train-0", node="node-a", namespace="ml", labels={"app": "train"},
-                 owner=("ReplicaSet", "train-7d9f"), limits={"nvidia.com/gpu": 1}),
+        # Its ReplicaSet is made for it (tests/support/controlplane/client.py). A short grace
+        # period: an evicted pod stays Terminating for it, which the sweep need not wait out.
+        train_pod(),
         seed.pdb("train", {"app": "train"}, namespace="ml", max_unavailable=1),
     )
     fleet.extra_vars = dict(RERUN_VARS, **(extra_vars or {}))
-    return api, fleet
+    return fleet
 
 
-def handoff_fleet(workdir, extra_vars=None):
-    """The handoff scenario: node-h at its static layout (applied by a first run), HAMi installed with its
-    per-node config (HAMI_NODECONFIG), nothing handed over yet. Returns (api, fleet)."""
-    api, fleet = empty_fleet(workdir)
-    try:
-        fleet.add(HANDOFF_NODE, "1xH100-SXM5-80GB",
-                  mig_node_layouts=[{"gpus": "all", "devices": HANDOFF_STATIC[0]}])
-        # No device plugin of ours (HAMi's is the node's), so nothing of ours to validate through.
-        fleet.extra_vars = dict(RERUN_VARS, mig_node_validate_timeout="60", gpuops_mig_deploy_device_plugin="false",
-                                mig_node_validate="false")
-        fleet.extra_vars.update(extra_vars or {})
-        static = run_site(fleet)
-        if static.returncode != 0 or fleet.devices(HANDOFF_NODE) != HANDOFF_STATIC:
-            raise SystemExit("the static layout before the hand-off was not applied:\n" + static.stdout[-6000:])
-        api.seed(*hami.manifests(nodeconfig=HAMI_NODECONFIG))
-    except BaseException:
-        api.stop()
-        raise
-    return api, fleet
+def train_pod():
+    pod = seed.pod("train-0", node="node-a", namespace="ml", labels={"app": "train"},
+                   owner=("ReplicaSet", "train-7d9f"), limits={"nvidia.com/gpu": 1})
+    pod["spec"]["terminationGracePeriodSeconds"] = 2
+    return pod
 
 
-def handed_off_fleet(workdir, extra_vars=None):
-    """The takeback scenario: the handoff scenario's node, handed to HAMi by an uninterrupted run. Returns
-    (api, fleet)."""
-    api, fleet = handoff_fleet(workdir, extra_vars)
-    try:
-        handed = run_site(fleet, run_vars=HANDOFF_VARS)
-        found = handed_off_problems(api, fleet, host_clients(fleet, [HANDOFF_NODE]))
-        if handed.returncode != 0 or found:
-            why = "; ".join(found)
-            raise SystemExit("the hand-off before the take-back failed: %s\n%s" % (why, handed.stdout[-6000:]))
-    except BaseException:
-        api.stop()
-        raise
-    return api, fleet
+def handoff_fleet(workdir, api, extra_vars=None):
+    """The handoff scenario on `api`: node-h at its static layout (applied by a first run), HAMi
+    installed with its per-node config (HAMI_NODECONFIG), nothing handed over yet."""
+    fleet = empty_fleet(workdir, api)
+    fleet.add(HANDOFF_NODE, "1xH100-SXM5-80GB",
+              mig_node_layouts=[{"gpus": "all", "devices": HANDOFF_STATIC[0]}])
+    # No device plugin of ours (HAMi's is the node's), so nothing of ours to validate through.
+    fleet.extra_vars = dict(RERUN_VARS, mig_node_validate_timeout="60", gpuops_mig_deploy_device_plugin="false",
+                            mig_node_validate="false")
+    fleet.extra_vars.update(extra_vars or {})
+    static = run_site(fleet)
+    if static.returncode != 0 or fleet.devices(HANDOFF_NODE) != HANDOFF_STATIC:
+        raise SystemExit("the static layout before the hand-off was not applied:\n" + static.stdout[-6000:])
+    api.seed(*hami.manifests(nodeconfig=HAMI_NODECONFIG))
+    return fleet
+
+
+def handed_off_fleet(workdir, api, extra_vars=None):
+    """The takeback scenario on `api`: the handoff scenario's node, handed to HAMi by an
+    uninterrupted run."""
+    fleet = handoff_fleet(workdir, api, extra_vars)
+    handed = run_site(fleet, run_vars=HANDOFF_VARS)
+    found = handed_off_problems(api, fleet, host_clients(fleet, [HANDOFF_NODE]))
+    if handed.returncode != 0 or found:
+        why = "; ".join(found)
+        raise SystemExit("the hand-off before the take-back failed: %s\n%s" % (why, handed.stdout[-6000:]))
+    return fleet
 
 
 def run_site(fleet, crash_at=0, log=None, run_vars=None):
@@ -221,15 +224,12 @@ def cordon_problems(name, node, admin_cordoned=False):
 
 
 def leases_left(api):
-    try:
-        leases = [
-            lease["metadata"]["name"]
-            for lease in api.list("Lease")
-            if lease["metadata"]["name"].startswith("gpuops-mig")
-            and (lease.get("spec") or {}).get("holderIdentity")
-        ]  # a released one is kept, emptied
-    except Exception:  # an emulator without Leases: nothing to leave behind
-        leases = []
+    leases = [
+        lease["metadata"]["name"]
+        for lease in api.list("Lease")
+        if lease["metadata"]["name"].startswith("gpuops-mig")
+        and (lease.get("spec") or {}).get("holderIdentity")
+    ]  # a released one is kept, emptied
     return ["leases left: %s" % ", ".join(leases)] if leases else []
 
 
@@ -343,44 +343,53 @@ SCENARIOS = {
 }
 
 
-def boundaries(workdir, extra_vars=None, scenario="rollout"):
-    """[(n, task, file)] of an uninterrupted run of the scenario."""
+def boundaries(workdir, api, extra_vars=None, scenario="rollout"):
+    """[(n, task, file)] of an uninterrupted run of the scenario on `api` (as the caller left it)."""
     chosen = SCENARIOS[scenario]
-    api, fleet = chosen.fleet(workdir, extra_vars)
-    try:
-        log = workdir / "boundaries.jsonl"
-        proc = run_site(fleet, 0, log, chosen.run_vars)
-        if proc.returncode != 0:
-            raise SystemExit("the uninterrupted %s failed:\n" % scenario + proc.stdout[-6000:])
-        return [(e["n"], e["task"], e["file"]) for e in map(json.loads, log.read_text().splitlines())]
-    finally:
-        api.stop()
+    fleet = chosen.fleet(workdir, api, extra_vars)
+    log = workdir / "boundaries.jsonl"
+    proc = run_site(fleet, 0, log, chosen.run_vars)
+    if proc.returncode != 0:
+        raise SystemExit("the uninterrupted %s failed:\n" % scenario + proc.stdout[-6000:])
+    return [(e["n"], e["task"], e["file"]) for e in map(json.loads, log.read_text().splitlines())]
 
 
-def crash_and_rerun(workdir, point, extra_vars=None, settle=LEASE_SECONDS + 1, scenario="rollout"):
+def crash_and_rerun(workdir, api, point, extra_vars=None, settle=LEASE_SECONDS + 1, scenario="rollout"):
     """Kill site.yml at boundary `point`, wait until its lease has lapsed, run it again (and the scenario's
-    last run, the take-back), and say what is not whole."""
+    last run, the take-back), and say what is not whole. `api` is the cluster as the caller left it
+    (reset it first)."""
     chosen = SCENARIOS[scenario]
-    api, fleet = chosen.fleet(workdir, extra_vars)
-    try:
-        clients = host_clients(fleet, chosen.nodes)
-        crashed = run_site(fleet, point, run_vars=chosen.run_vars)
-        if crashed.returncode != -9:
-            return ["the run was not killed at boundary %d (rc %s)" % (point, crashed.returncode)]
-        time.sleep(settle)
-        rerun = run_site(fleet, run_vars=chosen.run_vars)
-        found = chosen.check(api, fleet, clients)
-        if rerun.returncode != 0:
-            found.insert(0, "the re-run failed (rc %d), see %s" % (rerun.returncode, fleet.dir / ("run-%d.log" % fleet.runs)))
-        if chosen.last_check:
-            last = run_site(fleet, run_vars=chosen.last_vars)
-            if last.returncode != 0:
-                log = fleet.dir / ("run-%d.log" % fleet.runs)
-                found.append("the %s failed (rc %d), see %s" % (chosen.last_what, last.returncode, log))
-            found += chosen.last_check(api, fleet, clients)
-        return found
-    finally:
-        api.stop()
+    fleet = chosen.fleet(workdir, api, extra_vars)
+    clients = host_clients(fleet, chosen.nodes)
+    crashed = run_site(fleet, point, run_vars=chosen.run_vars)
+    if crashed.returncode != -9:
+        return ["the run was not killed at boundary %d (rc %s)" % (point, crashed.returncode)]
+    time.sleep(settle)
+    rerun = run_site(fleet, run_vars=chosen.run_vars)
+    found = chosen.check(api, fleet, clients)
+    if rerun.returncode != 0:
+        found.insert(0, "the re-run failed (rc %d), see %s" % (rerun.returncode, fleet.dir / ("run-%d.log" % fleet.runs)))
+    if chosen.last_check:
+        last = run_site(fleet, run_vars=chosen.last_vars)
+        if last.returncode != 0:
+            log = fleet.dir / ("run-%d.log" % fleet.runs)
+            found.append("the %s failed (rc %d), see %s" % (chosen.last_what, last.returncode, log))
+        found += chosen.last_check(api, fleet, clients)
+    return found
+
+
+def started_cluster(workdir):
+    """A control plane under `workdir` and its TestCluster with the stand-ins running."""
+    plane = ControlPlane(str(workdir)).start()
+    api = TestCluster(plane)
+    api.stand_ins = StandIns(api).start()
+    return api
+
+
+def stop_cluster(api):
+    api.stand_ins.stop()
+    api.close()
+    api.control_plane.stop()
 
 
 def main(argv=None):
@@ -399,27 +408,39 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="gpuops-crash-") as tmp:
         tmp = Path(tmp)
         (tmp / "list").mkdir()
-        points = boundaries(tmp / "list", extra, args.scenario)
-        if args.list:
-            for n, task, path in points:
-                print("%3d  %-22s %s" % (n, path, task))
-            return 0
-        chosen = [int(p) for p in args.points.split(",")] if args.points else [point[0] for point in points]
-        names = dict((n, "%s: %s" % (path, task)) for n, task, path in points)
-        results = []
-        for n in chosen:
-            (tmp / str(n)).mkdir()
-            started = time.monotonic()
-            found = crash_and_rerun(tmp / str(n), n, extra, args.settle, args.scenario)
-            results.append({"point": n, "task": names.get(n, "?"), "whole": not found, "problems": found,
-                            "seconds": round(time.monotonic() - started, 1)})
-            print("%3d %-5s %-60s %s" % (n, "ok" if not found else "FAIL", names.get(n, "?")[:60], "; ".join(found)),
-                  flush=True)
+        (tmp / "control-plane").mkdir()
+        api = started_cluster(tmp / "control-plane")
+        try:
+            points = boundaries(tmp / "list", api, extra, args.scenario)
+            if args.list:
+                for n, task, path in points:
+                    print("%3d  %-22s %s" % (n, path, task))
+                return 0
+            results = sweep_points(tmp, api, points, args, extra)
+        finally:
+            stop_cluster(api)
     whole = sum(1 for r in results if r["whole"])
     print("crash sweep: %d kill points tried, %d converged, %d not" % (len(results), whole, len(results) - whole))
     if args.json:
         Path(args.json).write_text(json.dumps({"scenario": args.scenario, "points": len(points), "results": results}, indent=1))
     return 0 if whole == len(results) else 1
+
+
+def sweep_points(tmp, api, points, args, extra):
+    """Each chosen point, on the cluster reset first: [{point, task, whole, problems, seconds}]."""
+    chosen = [int(p) for p in args.points.split(",")] if args.points else [point[0] for point in points]
+    names = dict((n, "%s: %s" % (path, task)) for n, task, path in points)
+    results = []
+    for n in chosen:
+        (tmp / str(n)).mkdir()
+        started = time.monotonic()
+        found = crash_and_rerun(tmp / str(n), fresh(api), n, extra, args.settle, args.scenario)
+        found += ["the stand-ins failed: %r" % exc for exc in api.errors]
+        results.append({"point": n, "task": names.get(n, "?"), "whole": not found, "problems": found,
+                        "seconds": round(time.monotonic() - started, 1)})
+        print("%3d %-5s %-60s %s" % (n, "ok" if not found else "FAIL", names.get(n, "?")[:60], "; ".join(found)),
+              flush=True)
+    return results
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """A subset of the crash sweep (tests/crash/sweep.py; the whole sweep is run by hand, docs/rollout.md):
 site.yml killed at chosen task boundaries of the node workflow, then run again; the fleet must be
 whole afterwards. The boundaries are found by task name in an uninterrupted run, so they follow the
-role when tasks move. Both scenarios: a static rollout, and a hand-off to HAMi then taken back."""
+role when tasks move. Both scenarios: a static rollout, and a hand-off to HAMi then taken back. They
+run on the worker's real test cluster, reset before each run (the uninterrupted runs included)."""
 
 import os
 import sys
@@ -27,15 +28,15 @@ POINTS = [
 
 
 @pytest.fixture(scope="module")
-def boundaries(tmp_path_factory):
-    return sweep.boundaries(tmp_path_factory.mktemp("uninterrupted"))
+def boundaries(tmp_path_factory, _session_cluster):
+    return sweep.boundaries(tmp_path_factory.mktemp("uninterrupted"), sweep.fresh(_session_cluster))
 
 
 @pytest.mark.parametrize("path, task", POINTS)
-def test_a_crash_is_repaired_by_the_next_run(boundaries, tmp_path, path, task):
+def test_a_crash_is_repaired_by_the_next_run(boundaries, cluster, tmp_path, path, task):
     # The first batch is node-a's: the node with a host service, an operand and a GPU pod.
     point = next(n for n, name, where in boundaries if where == path and name.endswith(": " + task))
-    assert sweep.crash_and_rerun(tmp_path, point) == []
+    assert sweep.crash_and_rerun(tmp_path, cluster, point) == []
 
 
 # The hand-off to HAMi, killed where HAMi's entry for the node is in mig mode already but not yet recorded: just
@@ -48,13 +49,15 @@ HANDOFF_POINTS = [
 
 
 @pytest.fixture(scope="module")
-def handoff_boundaries(tmp_path_factory):
-    return sweep.boundaries(tmp_path_factory.mktemp("uninterrupted-handoff"), scenario="handoff")
+def handoff_boundaries(tmp_path_factory, _session_cluster):
+    return sweep.boundaries(tmp_path_factory.mktemp("uninterrupted-handoff"), sweep.fresh(_session_cluster),
+                            scenario="handoff")
 
 
 @pytest.mark.parametrize("task, last", HANDOFF_POINTS)
-def test_a_crashed_hand_off_is_repaired_by_the_next_run_and_taken_back(handoff_boundaries, tmp_path, task, last):
+def test_a_crashed_hand_off_is_repaired_by_the_next_run_and_taken_back(handoff_boundaries, cluster, tmp_path, task,
+                                                                       last):
     # By a part of the task's name in handoff.yml (the last such task where the record may be written in steps).
     found = [n for n, name, where in handoff_boundaries if where == "handoff.yml" and task in name]
     assert found, "no task '%s' in handoff.yml: %s" % (task, handoff_boundaries)
-    assert sweep.crash_and_rerun(tmp_path, found[-1] if last else found[0], scenario="handoff") == []
+    assert sweep.crash_and_rerun(tmp_path, cluster, found[-1] if last else found[0], scenario="handoff") == []
