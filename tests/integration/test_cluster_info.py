@@ -23,7 +23,7 @@ def configmap(name, namespace, data):
 def test_without_the_gpu_operator(cluster, cluster_env, tmp_path):
     # The real server keeps managedFields on every Node: the read leaves them out.
     cluster.seed(seed.node("gpu-1", GPU), seed.node("cpu-1"), seed.daemonset("logs"), seed.namespace("mig-configs"),
-                  configmap("fleet-mig", "mig-configs", {"config.yaml": "version: v1\n"}))
+                 configmap("fleet-mig", "mig-configs", {"config.yaml": "version: v1\n"}))
     results = run_tasks([
         {"name": "plain", "gpuops.mig.mig_cluster_info": {"configmaps": [{"name": "fleet-mig", "namespace": "mig-configs"}]}},
         {"name": "status", "gpuops.mig.mig_cluster_info": {"operator": False, "node_status": True}},
@@ -69,10 +69,10 @@ def test_configmaps_are_read_by_name_never_listed(cluster, cluster_env, tmp_path
     """Only the ConfigMaps the rollout names come back: another ConfigMap of the same namespaces (kube-system's
     aws-auth, the operator's own) is neither listed nor returned, whichever way the read goes."""
     cluster.seed(seed.node("gpu-1", GPU), *seed.gpu_operator(config_name=""),
-                  configmap("aws-auth", "kube-system", {"mapRoles": "- rolearn: arn:aws:iam::1:role/admin\n"}),
-                  configmap("fleet-mig", "kube-system", {"config.yaml": "version: v1\n"}),
-                  configmap("gpu-1-mig-config", "gpu-operator", {"config.yaml": "version: v1\n"}),
-                  configmap("operator-secrets", "gpu-operator", {"token": "s3cr3t"}))
+                 configmap("aws-auth", "kube-system", {"mapRoles": "- rolearn: arn:aws:iam::1:role/admin\n"}),
+                 configmap("fleet-mig", "kube-system", {"config.yaml": "version: v1\n"}),
+                 configmap("gpu-1-mig-config", "gpu-operator", {"config.yaml": "version: v1\n"}),
+                 configmap("operator-secrets", "gpu-operator", {"token": "s3cr3t"}))
     seen = len(cluster.requests)
     read = {"configmaps": [{"name": "fleet-mig", "namespace": "kube-system"}, {"name": "absent", "namespace": ""}],
             "operator_config_nodes": ["gpu-1"]}
@@ -103,7 +103,7 @@ def module_python(tmp_path):
 
 def test_read_here_and_by_the_module_alike(cluster, cluster_env, tmp_path):
     cluster.seed(seed.node("gpu-1", GPU), seed.node("cpu-1"), *seed.gpu_operator(), *seed.dra_driver(),
-                  seed.namespace("mig-configs"), configmap("fleet-mig", "mig-configs", {"config.yaml": "version: v1\n"}))
+                 seed.namespace("mig-configs"), configmap("fleet-mig", "mig-configs", {"config.yaml": "version: v1\n"}))
     # Nothing listens on port 9 of the loopback.
     closed = tmp_path / "closed-kubeconfig"
     config = yaml.safe_load(open(cluster_env["KUBECONFIG"]))

@@ -104,7 +104,7 @@ def make_fleet(tmp_path, cluster, loop_env):
                      force=True)
     with_device_plugin(cluster)
     cluster.seed(seed.pod("running-1", node="gpu-a", limits={MIG_3G: 1}, phase="Running"),
-                  seed.pod("running-2", node="gpu-a", limits={MIG_3G: 1}, phase="Running"))
+                 seed.pod("running-2", node="gpu-a", limits={MIG_3G: 1}, phase="Running"))
     return fleet
 
 
@@ -224,7 +224,7 @@ def test_pending_pods_run_after_one_round_evicting_nothing_a_risky_change_is_hel
         # 3. A pod whose device only fits beside gpu-b's running pods: planned, held, not applied.
         before = fleet.devices("gpu-b")
         cluster.seed(seed.pod("wants-3g-1", limits={MIG_3G: 1}),
-                      seed.pod("wants-3g-2", limits={MIG_3G: 1}))
+                     seed.pod("wants-3g-2", limits={MIG_3G: 1}))
         wait_for(lambda: len(rounds(round_dir)) == 2, 300, "the second round", proc)
         second = rounds(round_dir)[1]
         assert second["applied"] == [] and second["held"] == ["gpu-b"], second
@@ -290,7 +290,7 @@ def test_a_round_applies_a_node_whose_running_pods_keep_their_devices_and_they_r
                      "1xH100-SXM5-80GB", seed="gpu-b", mig="enabled", force=True)
     with_device_plugin(cluster)
     cluster.seed(seed.pod("running-1", node="gpu-a", limits={MIG_3G: 1}, phase="Running"),
-                  seed.pod("running-2", node="gpu-a", limits={MIG_3G: 1}, phase="Running"))
+                 seed.pod("running-2", node="gpu-a", limits={MIG_3G: 1}, phase="Running"))
     gone = evictions(cluster)
     round_vars = {"gpuops_mig_round_dir": str(tmp_path / "rounds"), "gpuops_mig_round_cooldown": 0,
                   "gpuops_mig_round_max_nodes": 2, "mig_node_validate_delay": "1"}
@@ -366,7 +366,7 @@ def test_every_documented_round_setting_reaches_the_round(cluster, loop_env, tmp
     fleet = round_fleet(tmp_path, cluster, loop_env, "gpu-b", "gpu-c")
     cluster.seed(seed.namespace("gpu-ops"))
     cluster.seed(seed.pod("big-1", limits={"nvidia.com/mig-7g.80gb": 1}),
-                  seed.pod("big-2", limits={"nvidia.com/mig-7g.80gb": 1}))
+                 seed.pod("big-2", limits={"nvidia.com/mig-7g.80gb": 1}))
     (fleet.dir / "group_vars" / "all" / "round.yml").write_text(yaml.safe_dump({
         "gpuops_mig_round_serial": 2, "gpuops_mig_round_lease_duration": 600,
         "gpuops_mig_round_lease_wait": 5, "gpuops_mig_round_lease_namespace": "gpu-ops",
@@ -415,7 +415,7 @@ def test_a_round_whose_node_fails_releases_its_lease_reports_and_leaves_only_tha
     evict nobody, so both nodes change in one round and no cooldown starts."""
     fleet = round_fleet(tmp_path, cluster, loop_env, "gpu-b", "gpu-c")
     cluster.seed(seed.pod("big-1", limits={"nvidia.com/mig-7g.80gb": 1}),
-                  seed.pod("big-2", limits={"nvidia.com/mig-7g.80gb": 1}))
+                 seed.pod("big-2", limits={"nvidia.com/mig-7g.80gb": 1}))
     sim.add_fault(fleet.state_path("gpu-c"), "nvmlDeviceCreateGpuInstanceWithPlacement",
                   "INSUFFICIENT_RESOURCES", sticky=True)
     round_dir = tmp_path / "rounds"
@@ -485,7 +485,7 @@ def test_a_pod_bound_after_the_plan_to_a_device_it_destroys_defers_the_node_to_t
                   "mig_node_validate_delay": "1"}
     with PodResourcesServer(sock, pod_map):
         cluster.seed(seed.pod("wants-3g-1", limits={MIG_3G: 1}),
-                      seed.pod("wants-3g-2", limits={MIG_3G: 1}))
+                     seed.pod("wants-3g-2", limits={MIG_3G: 1}))
         run = fleet.run("playbooks/demand_round.yml", round_vars)
         unhook()
         assert late, output(run)

@@ -52,8 +52,8 @@ def operator_fleet(tmp_path, cluster, cluster_env, models=("1xH100-SXM5-80GB", "
         fleet.hosts[name]["gpuops_mig_driver_root"] = root
     # The layouts live in a ConfigMap of the user's: the operator rewrites default-mig-parted-config.
     cluster.seed(*seed.gpu_operator(mig_strategy=strategy, config_name=config_name,
-                                     config=LAYOUTS if config_name else None, device_plugin=device_plugin,
-                                     env=operator_env))
+                                    config=LAYOUTS if config_name else None, device_plugin=device_plugin,
+                                    env=operator_env))
     migmanager.wait_idle(cluster)
     if hasattr(cluster, "stand_ins"):
         # The real control plane: the operands' pods come from kube-controller-manager's
@@ -247,12 +247,12 @@ def test_hand_a_node_back_to_mig_manager(cluster, cluster_env, tmp_path):
 def test_bad_input_is_refused_before_any_change(cluster, cluster_env, tmp_path, extra, message):
     fleet = operator_fleet(tmp_path, cluster, cluster_env, models=("1xH100-SXM5-80GB",))
     cluster.seed({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "no-key", "namespace": "gpu-operator"},
-                   "data": {"other": "x"}},
-                  {"apiVersion": "v1", "kind": "ConfigMap",
-                   "metadata": {"name": "other-layouts", "namespace": "gpu-operator"},
-                   "data": {"config.yaml": yaml.safe_dump(LAYOUTS)}},
-                  {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "broken", "namespace": "gpu-operator"},
-                   "data": {"config.yaml": "version: v1\nmig-configs: {layout-a: [{devices: all, mig-devices: 7}]}\n"}})
+                  "data": {"other": "x"}},
+                 {"apiVersion": "v1", "kind": "ConfigMap",
+                  "metadata": {"name": "other-layouts", "namespace": "gpu-operator"},
+                  "data": {"config.yaml": yaml.safe_dump(LAYOUTS)}},
+                 {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "broken", "namespace": "gpu-operator"},
+                  "data": {"config.yaml": "version: v1\nmig-configs: {layout-a: [{devices: all, mig-devices: 7}]}\n"}})
     if "gpuops_mig_driver_root" in extra:
         fleet.hosts["gpu-0"]["gpuops_mig_driver_root"] = extra.pop("gpuops_mig_driver_root")
     before = fleet.digest("gpu-0")
@@ -346,12 +346,12 @@ def test_a_gpu_cluster_node_gets_its_static_layout_from_the_collection(cluster, 
     owed = {"run": "20261125T080000Z-dead", "job": "", "time": "2026-11-25T08:00:00Z", "services": [],
             "operands": {DRA_PLUGIN: "true", DCGM_DRA: "true"}, "device_plugin": True}
     cluster.patch("Node", "gpu-0", {"metadata": {"labels": {DRA_PLUGIN: paused, DCGM_DRA: paused},
-                                                  "annotations": {"gpuops.mig/owed": json.dumps(owed)}}})
+                                                 "annotations": {"gpuops.mig/owed": json.dumps(owed)}}})
     # ... and the node's Lease, which names that run as its last holder (what ties the record to
     # it).
     cluster.patch("Lease", "gpuops-mig-gpu-0",
-                   {"metadata": {"annotations": {"gpuops.mig/lease-run-id": owed["run"]}}},
-                   namespace="default")
+                  {"metadata": {"annotations": {"gpuops.mig/lease-run-id": owed["run"]}}},
+                  namespace="default")
     repaired = fleet.run("playbooks/site.yml", FAST)
     assert repaired.returncode == 0, output(repaired)
     assert "run 20261125T080000Z-dead, interrupted" in repaired.stdout, output(repaired)

@@ -10,7 +10,6 @@ import sys
 import threading
 
 import pytest
-import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
