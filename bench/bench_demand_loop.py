@@ -62,9 +62,7 @@ from test_eda_loop import inventory_dir, rounds, stop_rulebook  # noqa: E402
 from test_mig_ready import plugin_daemonsets  # noqa: E402
 from test_roles import Fleet  # noqa: E402
 from tests.integration.conftest import RBAC, ROLLOUT_RBAC, client_env  # noqa: E402
-from tests.support.controlplane.cluster import TestCluster  # noqa: E402
-from tests.support.controlplane.launcher import ControlPlane  # noqa: E402
-from tests.support.controlplane.standins import StandIns  # noqa: E402
+from tests.support.controlplane.cluster import running  # noqa: E402
 from tests.support.kubeapi import seed  # noqa: E402
 from tests.support.podresources_server import PodResourcesServer, node_source  # noqa: E402
 from tests.support.simhost import nvml_on  # noqa: E402
@@ -193,13 +191,16 @@ def percentile(values, q):
 
 def run(plane_root, name, settings, pods, tail, workdir, profile=False):
     """One loop run on a control plane of its own; returns its numbers."""
-    plane = ControlPlane(str(plane_root)).start()
-    cluster = stand_ins = proc = log = watch = None
+    with running(plane_root) as cluster:
+        return _run(cluster, name, settings, pods, tail, workdir, profile)
+
+
+def _run(cluster, name, settings, pods, tail, workdir, profile):
+    """The loop run on `cluster`; stops what it started there (the rulebook, the servers)."""
+    stand_ins = cluster.stand_ins
+    proc = log = watch = None
     servers = []
     try:
-        cluster = TestCluster(plane)
-        stand_ins = StandIns(cluster).start()
-        cluster.stand_ins = stand_ins
         kubeconfig = cluster.service_account_kubeconfig(
             workdir / "demand.kubeconfig",
             "demand",
@@ -283,11 +284,6 @@ def run(plane_root, name, settings, pods, tail, workdir, profile=False):
             log.close()
         for server in servers:
             server.stop()
-        if stand_ins is not None:
-            stand_ins.stop()
-        if cluster is not None:
-            cluster.close()
-        plane.stop()
 
 
 ROUND_ID = re.compile(r"^(\d{8}T\d{6}Z)-")

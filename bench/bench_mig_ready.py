@@ -64,9 +64,7 @@ from test_mig_ready import (  # noqa: E402
 )
 from test_roles import Fleet  # noqa: E402
 from tests.integration.conftest import RBAC, ROLLOUT_RBAC, client_env  # noqa: E402
-from tests.support.controlplane.cluster import TestCluster  # noqa: E402
-from tests.support.controlplane.launcher import ControlPlane  # noqa: E402
-from tests.support.controlplane.standins import StandIns  # noqa: E402
+from tests.support.controlplane.cluster import running  # noqa: E402
 from tests.support.kubeapi import seed  # noqa: E402
 
 BIN = os.path.dirname(os.path.abspath(sys.executable))
@@ -404,13 +402,8 @@ def main(argv=None):
     )
     began, load = time.time(), os.getloadavg()[0]
     root = pathlib.Path(tempfile.mkdtemp(prefix="bench-mig-ready-"))
-    plane = ControlPlane(str(root / "control-plane")).start()
-    cluster = stand_ins = None
     results = {}
-    try:
-        cluster = TestCluster(plane)
-        stand_ins = StandIns(cluster).start()
-        cluster.stand_ins = stand_ins
+    with running(root / "control-plane") as cluster:
         Node.seen = Seen(cluster)
         cluster.seed(*plugin_daemonsets())
         kubeconfig = cluster.service_account_kubeconfig(
@@ -427,12 +420,6 @@ def main(argv=None):
             results["c"] = case_c(cluster, kubeconfig, root, args.repeat, args.converge)
         if cluster.errors:
             raise SystemExit("errors in the harness's hooks: %r" % cluster.errors)
-    finally:
-        if stand_ins is not None:
-            stand_ins.stop()
-        if cluster is not None:
-            cluster.close()
-        plane.stop()
 
     print(
         "\nMIG-ready gate, registration to taint lifted (the watcher running and settled "

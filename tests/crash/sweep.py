@@ -63,9 +63,7 @@ from test_roles import CONFIG, DCGM_EXPORTER, EXAMPLE, STATE, Fleet, recap  # no
 
 from ansible_collections.gpuops.mig.plugins.module_utils import _nvidia_caps  # noqa: E402
 from tests.integration.conftest import ROLLOUT_RBAC, client_env  # noqa: E402
-from tests.support.controlplane.cluster import TestCluster  # noqa: E402
-from tests.support.controlplane.launcher import ControlPlane  # noqa: E402
-from tests.support.controlplane.standins import StandIns  # noqa: E402
+from tests.support.controlplane.cluster import running  # noqa: E402
 from tests.support.kubeapi import hami, seed  # noqa: E402
 
 PAUSED = "paused-for-mig-change"
@@ -378,20 +376,6 @@ def crash_and_rerun(workdir, api, point, extra_vars=None, settle=LEASE_SECONDS +
     return found
 
 
-def started_cluster(workdir):
-    """A control plane under `workdir` and its TestCluster with the stand-ins running."""
-    plane = ControlPlane(str(workdir)).start()
-    api = TestCluster(plane)
-    api.stand_ins = StandIns(api).start()
-    return api
-
-
-def stop_cluster(api):
-    api.stand_ins.stop()
-    api.close()
-    api.control_plane.stop()
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="rollout",
@@ -409,16 +393,13 @@ def main(argv=None):
         tmp = Path(tmp)
         (tmp / "list").mkdir()
         (tmp / "control-plane").mkdir()
-        api = started_cluster(tmp / "control-plane")
-        try:
+        with running(tmp / "control-plane") as api:
             points = boundaries(tmp / "list", api, extra, args.scenario)
             if args.list:
                 for n, task, path in points:
                     print("%3d  %-22s %s" % (n, path, task))
                 return 0
             results = sweep_points(tmp, api, points, args, extra)
-        finally:
-            stop_cluster(api)
     whole = sum(1 for r in results if r["whole"])
     print("crash sweep: %d kill points tried, %d converged, %d not" % (len(results), whole, len(results) - whole))
     if args.json:

@@ -6,10 +6,16 @@ tests share one control plane per pytest worker without seeing each other.
     cluster.on("deleted", seen.append, kind="Pod")
     ...
     cluster.reset()                          # between tests
+
+Outside pytest (the crash sweep, the benches), `running(workdir)` starts and stops it all:
+
+    with running(workdir) as cluster:        # cluster.stand_ins: the NVIDIA stand-ins
+        ...
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -399,3 +405,26 @@ class HookEvent:
 
     def __init__(self, type_, kind, obj):
         self.type, self.kind, self.obj = type_, kind, obj
+
+
+@contextlib.contextmanager
+def running(workdir):
+    """A control plane started under `workdir`, its TestCluster and the NVIDIA stand-ins on it
+    (`cluster.stand_ins`); all stopped, newest first, on the way out (also on an error)."""
+    # pylint: disable=import-outside-toplevel
+    from .launcher import ControlPlane
+    from .standins import StandIns
+
+    plane = ControlPlane(str(workdir)).start()
+    cluster = stand_ins = None
+    try:
+        cluster = TestCluster(plane)
+        stand_ins = StandIns(cluster).start()
+        cluster.stand_ins = stand_ins
+        yield cluster
+    finally:
+        if stand_ins is not None:
+            stand_ins.stop()
+        if cluster is not None:
+            cluster.close()
+        plane.stop()

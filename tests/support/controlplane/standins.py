@@ -72,14 +72,7 @@ class _Informer:
                 continue
             self.available = True
             try:
-                listed = self.client._call("get", res.path())  # pylint: disable=protected-access
-                self.objects = {
-                    (o["metadata"].get("namespace"), o["metadata"]["name"]): dict(
-                        o, kind=self.kind, apiVersion=res.group_version
-                    )
-                    for o in listed.get("items") or []
-                }
-                version = listed["metadata"]["resourceVersion"]
+                version = self._list(res)
                 self.synced.set()
                 changed.set()
                 stream = kube_watch.Watch().stream(
@@ -124,14 +117,21 @@ class _Informer:
         return sorted(set(cached) - set(now)) + sorted(
             key for key, obj in now.items() if key not in cached or _rv(cached[key]) < _rv(obj))
 
+    def _list(self, res) -> str:
+        """Takes what the API server holds now; returns the list's resourceVersion."""
+        listed = self.client._call("get", res.path())  # pylint: disable=protected-access
+        self.objects = {
+            (o["metadata"].get("namespace"), o["metadata"]["name"]): dict(
+                o, kind=self.kind, apiVersion=res.group_version
+            )
+            for o in listed.get("items") or []
+        }
+        return listed["metadata"]["resourceVersion"]
+
     def relist(self) -> None:
         """Takes what the API server holds now, as a watch that lags behind would only later.
         A late event of the watch then finds newer objects here and is dropped."""
-        listed = self.client.list(self.kind)
-        self.objects = {
-            (o["metadata"].get("namespace"), o["metadata"]["name"]): dict(o, kind=self.kind)
-            for o in listed
-        }
+        self._list(self.client.resource(self.kind))
 
     def apply(self, event_type, obj):
         meta = obj.get("metadata") or {}
