@@ -50,8 +50,9 @@ def _canonical(profile: str) -> str:
 
 def driver_version(state) -> dict:
     """The driverVersion attribute: a semantic version, as the API server requires of a version
-    attribute. NVIDIA's driver parses the driver's version leniently, so 570.124.06 is published
-    as 570.124.6."""
+    attribute. kubernetes-sigs/dra-driver-nvidia-gpu (GpuInfo.Attributes in its
+    cmd/gpu-kubelet-plugin) publishes semver.MustParse(driverVersion).String() with
+    Masterminds/semver/v3, which reads 570.124.06 leniently as 570.124.6."""
     parts = state["driver_version"].split(".")
     return {"version": ".".join(str(int(p)) if p.isdigit() else p for p in parts)}
 
