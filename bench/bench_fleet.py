@@ -5,8 +5,9 @@
 """What a converged fleet costs: playbooks/site.yml against N simulated hosts, next to a ping sweep.
 
 Hosts are simulated GPU hosts with connection local (examples/simulated-fleet's
-group_vars), registered as nodes of the Kubernetes API emulator, as in the
-integration tests. Each host carries its simulation wiring (the environment that
+group_vars), registered as nodes of the real test cluster (tests/support/controlplane, kwok
+nodes), as in the integration tests; the collection runs as the ServiceAccount bound to
+rbac/rollout.yml and fleet-report.yml. Each host carries its simulation wiring (the environment that
 points it at its simulated GPUs) as plain values: the example's templated wiring
 (lookups and chained variables) costs every task on every host about 25 ms of
 templating that no real inventory has, and the bare ping has no environment at
@@ -47,7 +48,7 @@ sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "simulator"))
 
 from tests.integration.test_roles import Fleet  # noqa: E402  (the integration tests' fleet, reused)
-from tests.support.kubeapi import KubeAPI  # noqa: E402
+from tests.support.controlplane.cluster import running  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
 LAYOUT = [{"gpus": "all", "devices": {"3g.40gb": 2}}]
@@ -57,9 +58,9 @@ MARK_BEGIN = "<!-- bench_fleet results begin -->"
 MARK_END = "<!-- bench_fleet results end -->"
 
 
-def kube_env(api, scratch):
+def kube_env(kubeconfig, scratch):
     env = dict(os.environ)
-    env.update(KUBECONFIG=api.kubeconfig, K8S_AUTH_KUBECONFIG=api.kubeconfig,
+    env.update(KUBECONFIG=kubeconfig, K8S_AUTH_KUBECONFIG=kubeconfig,
                KUBECACHEDIR=str(scratch / "kube-cache"), TMPDIR=str(scratch),
                PATH=BIN + os.pathsep + env.get("PATH", ""))
     return env
@@ -94,23 +95,22 @@ def plain_wiring(fleet, name):
 
 @contextlib.contextmanager
 def simulated_fleet(hosts, forks, prefix, example_wiring=False):
-    """A Fleet of `hosts` simulated one-H100 hosts (gpu-000, ...) with LAYOUT declared, nodes of a Kubernetes API
-    emulator that runs until the block ends, in a scratch directory removed then."""
+    """A Fleet of `hosts` simulated one-H100 hosts (gpu-000, ...) with LAYOUT declared, nodes of
+    a test cluster that runs until the block ends, in a scratch directory removed then."""
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         tmp = pathlib.Path(tmp)
         (tmp / "scratch").mkdir()
-        api = KubeAPI().start()
-        try:
-            api.write_kubeconfig(tmp / "kubeconfig")
-            fleet = Fleet(tmp, api, kube_env(api, tmp / "scratch"))
+        with running(tmp / "cluster") as cluster:
+            kubeconfig = cluster.service_account_kubeconfig(
+                tmp / "rollout.kubeconfig", "rollout",
+                [os.path.join(REPO, "rbac", f) for f in ("rollout.yml", "fleet-report.yml")])
+            fleet = Fleet(tmp, cluster, kube_env(kubeconfig, tmp / "scratch"))
             fleet.env["ANSIBLE_FORKS"] = str(forks)
             for i in range(hosts):
                 name = "gpu-%03d" % i
                 fleet.add(name, "1xH100-SXM5-80GB", mig_node_layouts=LAYOUT,
                           **({} if example_wiring else plain_wiring(fleet, name)))
             yield fleet
-        finally:
-            api.stop()
 
 
 def measure(hosts, serial, forks, profile=False, drift=0, example_wiring=False, repeat=3):

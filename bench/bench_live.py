@@ -5,13 +5,15 @@
 """Live reconfiguration against the whole-node drain, side by side in one run: pods evicted and the cordoned
 window per node.
 
-A fleet of N simulated H100 nodes (the integration tests' Fleet, the Kubernetes API emulator, one PodResources
-gRPC server per node) is rolled out to three 2g.20gb devices; then three ReplicaSet pods hold one device each,
-and the fleet changes to 2g.20gb x2 + 3g.40gb x1, which keeps two of the three devices. Once with
-mig_node_drain=node, once with devices, each on a fresh fleet. A watcher polls every node's spec.unschedulable
-every 50 ms: the window is the time from cordon to uncordon. The emulator deletes an evicted pod at once (no
-grace period, no container to stop), so the window here is the workflow's own cost; on a real cluster each
-evicted pod adds its termination time, and a drain blocked by a PodDisruptionBudget adds its wait.
+A fleet of N simulated H100 nodes (the integration tests' Fleet on the real test cluster, kwok
+nodes, one PodResources gRPC server per node) is rolled out to three 2g.20gb devices; then three
+ReplicaSet pods hold one device each, and the fleet changes to 2g.20gb x2 + 3g.40gb x1, which
+keeps two of the three devices. Once with mig_node_drain=node, once with devices, each on a fresh
+cluster. A watcher polls every node's spec.unschedulable every 50 ms: the window is the time from
+cordon to uncordon. kwok ends an evicted pod as soon as the API server marks it terminating (no
+container to stop), so the window here is the workflow's own cost plus the API's graceful
+deletion; on a real node each evicted pod adds its container's termination time, and a drain
+blocked by a PodDisruptionBudget adds its wait.
 
 Usage (from the repository root, after scripts/setup.sh):
     .venv/bin/python bench/bench_live.py [--nodes 4] [--write-docs]
@@ -37,9 +39,10 @@ sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from tests.integration.test_roles import Fleet  # noqa: E402
-from tests.support.kubeapi import KubeAPI, allocations, seed  # noqa: E402
+from tests.support.controlplane.cluster import running  # noqa: E402
+from tests.support.kubeapi import seed  # noqa: E402
 from tests.support.podresources_server import PodResourcesServer, node_source  # noqa: E402
-from bench_fleet import kube_env  # noqa: E402  (the emulator's client environment, as bench_fleet sets it)
+from bench_fleet import kube_env  # noqa: E402  (the client environment, as bench_fleet sets it)
 
 THREE = [{"gpus": "all", "devices": {"2g.20gb": 3}}]
 KEEP_TWO = [{"gpus": "all", "devices": {"2g.20gb": 2, "3g.40gb": 1}}]
@@ -73,27 +76,29 @@ class Windows(threading.Thread):
 
 def one_mode(mode, nodes, scratch):
     scratch.mkdir()
-    api = KubeAPI().start()
-    try:
-        api.write_kubeconfig(scratch / "kubeconfig")
+    with running(scratch / "cluster") as api:
+        kubeconfig = api.service_account_kubeconfig(
+            scratch / "rollout.kubeconfig", "rollout",
+            [os.path.join(REPO, "rbac", f) for f in ("rollout.yml", "fleet-report.yml",
+                                                     "device-plugin.yml")])
         (scratch / "client").mkdir()
-        fleet = Fleet(scratch, api, kube_env(api, scratch / "client"))
+        fleet = Fleet(scratch, api, kube_env(kubeconfig, scratch / "client"))
         names = ["node-%02d" % i for i in range(nodes)]
         with contextlib.ExitStack() as stack:
             for name in names:
                 sock = str(scratch / ("%s.sock" % name))
                 fleet.add(name, "1xH100-SXM5-80GB", pod_resources=sock, mig_node_layouts=THREE,
                           mig_node_pod_resources_socket=sock)
-                stack.enter_context(PodResourcesServer(sock, node_source(api, name)))
+                stack.enter_context(PodResourcesServer(sock, node_source(api.stand_ins.view, name)))
             first = fleet.run("playbooks/site.yml", FAST)
             if first.returncode != 0:
                 raise SystemExit("the first rollout failed:\n" + first.stdout[-4000:])
             for name in names:
-                api.seed(seed.replicaset("train-" + name, 3, namespace="ml", labels={"app": name}),
-                         *[seed.pod("%s-train-%d" % (name, i), node=name, namespace="ml", labels={"app": name},
-                                    owner=("ReplicaSet", "train-" + name), limits={"nvidia.com/mig-2g.20gb": 1})
+                api.seed(*[seed.pod("%s-train-%d" % (name, i), node=name, namespace="ml",
+                                    labels={"app": name}, owner=("ReplicaSet", "train-" + name),
+                                    limits={"nvidia.com/mig-2g.20gb": 1})
                            for i in range(3)])
-            allocations.sync(api)
+            api.stand_ins.sync()
             before = set(p["metadata"]["uid"] for p in api.list("Pod", "ml"))
             for name in names:
                 fleet.hosts[name]["mig_node_layouts"] = KEEP_TWO
@@ -110,8 +115,6 @@ def one_mode(mode, nodes, scratch):
         windows = list(watcher.windows.values())
         return {"mode": mode, "pods": len(before), "evicted": len(before - after), "rollout": seconds,
                 "window_mean": statistics.mean(windows), "window_max": max(windows)}
-    finally:
-        api.stop()
 
 
 def main(argv=None):

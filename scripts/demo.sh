@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # The main job on a simulated fleet (no GPU, no cluster needed):
-#   1. set up .venv (scripts/setup.sh; about a minute the first time)
+#   1. set up .venv (scripts/setup.sh; about a minute the first time) and build the test
+#      cluster's control plane (scripts/control-plane.sh; 6 to 10 minutes the first time, cached)
 #   2. create three simulated GPU hosts with different models (tools/mig-sim)
-#   3. start the Kubernetes API emulator with those nodes, a few pods (one of
-#      them a DaemonSet pod, one guarded by a PodDisruptionBudget)
+#   3. start a test cluster (etcd, kube-apiserver, controller-manager, scheduler, kwok nodes)
+#      with those nodes, a few pods (one of them a DaemonSet pod, one guarded by a
+#      PodDisruptionBudget); the collection runs as a ServiceAccount bound to rbac/ only
 #   4. run playbooks/site.yml against examples/simulated-fleet/inventory.yml
 #   5. print the fleet report (playbooks/facts.yml)
 #   6. run site.yml again and show that nothing changed
-# Everything lives under .build/demo/. The simulated hosts (state files there) and the emulated cluster (a
-# server left running, its pid in .build/demo/kubeapi.pid) stay, so that running the demo again shows the
+# Everything lives under .build/demo/. The simulated hosts (state files there) and the test cluster
+# (left running, its pid in .build/demo/cluster.pid) stay, so that running the demo again shows the
 # converged re-run of the fleet as it was left: site.yml and the fleet report, nothing changed.
 #   scripts/demo.sh            the first time (or when the cluster is gone): steps 1-6; after that: the re-run
 #   scripts/demo.sh --fresh    start over: a new fleet and cluster, steps 1-6
-#   scripts/demo.sh --stop     stop the emulated cluster (the next run starts over)
+#   scripts/demo.sh --stop     stop the test cluster (the next run starts over)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -28,28 +30,30 @@ for arg in "$@"; do
 done
 
 demo=$root/.build/demo
-# The emulator this script left running, if it still runs (the pid must still be that emulator).
+# The test cluster this script left running, if it still runs (the pid must still be that one).
 api_pid() {
   local pid
-  pid=$(cat "$demo/kubeapi.pid" 2>/dev/null) || return 1
-  tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q "tests.support.kubeapi.*$demo/cluster.yaml" || return 1
+  pid=$(cat "$demo/cluster.pid" 2>/dev/null) || return 1
+  tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null \
+    | grep -q "tests.support.controlplane.*$demo/cluster.yaml" || return 1
   echo "$pid"
 }
 stop_api() {
   local pid
   if pid=$(api_pid); then
     kill "$pid"
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   fi
-  rm -f "$demo/kubeapi.pid"
+  rm -f "$demo/cluster.pid"
 }
 
 if [ "$mode" = stop ]; then
   stop_api
-  echo "demo: the emulated cluster is stopped; the next scripts/demo.sh starts over"
+  echo "demo: the test cluster is stopped; the next scripts/demo.sh starts over"
   exit 0
 fi
 ./scripts/setup.sh
+./scripts/control-plane.sh > /dev/null
 if [ "$mode" = auto ] && api_pid > /dev/null && [ -f "$demo/first-run-done" ]; then
   mode=rerun
 else
@@ -93,7 +97,7 @@ report() {
 }
 
 if [ "$mode" = rerun ]; then
-  echo "== the fleet and cluster the last scripts/demo.sh left (.build/demo, emulator pid $(api_pid))"
+  echo "== the fleet and cluster the last scripts/demo.sh left (.build/demo, cluster pid $(api_pid))"
   run=$(( $(cat "$demo/runs" 2>/dev/null || echo 2) + 1 ))
   converged_rerun "site-$run.log"
   echo "$run" > "$demo/runs"
@@ -129,7 +133,6 @@ for name, host in hosts.items():
     objects.append(seed.pod("%s-%s" % (app, name), node=name, namespace="ml", labels={"app": app},
                             owner=("ReplicaSet", app + "-5d8f"), limits={"nvidia.com/gpu": 1}))
 objects += [
-    seed.replicaset("train-5d8f", 1, namespace="ml", labels={"app": "train"}),
     seed.pdb("train", {"app": "train"}, namespace="ml", max_unavailable=1),
     # A GPU Operator operand: it follows nvidia.com/gpu.deploy.dcgm-exporter, so it pauses.
     seed.daemonset("dcgm-exporter", namespace="monitoring", labels={"app": "nvidia-dcgm-exporter"},
@@ -140,16 +143,16 @@ with open("%s/cluster.yaml" % demo, "w") as f:
     yaml.safe_dump_all(objects, f)
 PY
 
-echo "== Kubernetes API emulator"
+echo "== test cluster (tests/support/controlplane)"
 # In a session of its own, so that it outlives this script for the next run's converged re-run.
-setsid python -m tests.support.kubeapi --port 0 --seed "$demo/cluster.yaml" --kubeconfig "$demo/kubeconfig" \
-  > "$demo/kubeapi.json" 2> "$demo/kubeapi.log" < /dev/null &
-echo $! > "$demo/kubeapi.pid"
+setsid python -m tests.support.controlplane --dir "$demo/cluster" --seed "$demo/cluster.yaml" \
+  --rbac-kubeconfig "$demo/kubeconfig" > "$demo/cluster.json" 2> "$demo/cluster.log" < /dev/null &
+echo $! > "$demo/cluster.pid"
 # Until the first rollout is through, a failure stops the cluster too (the next run starts over).
 trap 'stop_api' EXIT
-for _ in $(seq 50); do [ -s "$demo/kubeapi.json" ] && break; sleep 0.2; done
-[ -s "$demo/kubeapi.json" ] || { cat "$demo/kubeapi.log"; exit 1; }
-echo "  $(cat "$demo/kubeapi.json")"
+for _ in $(seq 1200); do [ -s "$demo/cluster.json" ] && break; api_pid > /dev/null || break; sleep 0.2; done
+[ -s "$demo/cluster.json" ] || { tail -20 "$demo/cluster.log"; exit 1; }
+echo "  $(cat "$demo/cluster.json")"
 
 echo "== playbooks/site.yml (a canary node first, then the rest)"
 ansible-playbook -i "$inventory" playbooks/site.yml -e gpuops_mig_canary=true -e gpuops_mig_serial=2 \
@@ -161,5 +164,5 @@ echo 2 > "$demo/runs"
 touch "$demo/first-run-done"
 trap - EXIT
 echo "demo: second run changed nothing; logs and state under $demo"
-echo "demo: the emulated cluster keeps running (pid $(api_pid)): scripts/demo.sh again shows the converged"
+echo "demo: the test cluster keeps running (pid $(api_pid)): scripts/demo.sh again shows the converged"
 echo "      re-run, --fresh starts over, --stop stops it"

@@ -32,7 +32,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -57,7 +56,8 @@ TARGET_PACKAGES = ("nvidia-ml-py", "PyYAML", "grpcio", "protobuf")
 VENV_PYTHON = sys.executable
 SSHD = "/usr/sbin/sshd"
 APT_PACKAGES = ("openssh-server", "netcat-openbsd")
-START_TIMEOUT_S = 20
+START_TIMEOUT_S = 240  # the control plane (about 10 s), the seed, and the cluster settling
+STOP_TIMEOUT_S = 30
 
 # The cluster around the GPU hosts: a DaemonSet on every GPU node, and a training job whose
 # PodDisruptionBudget (minAvailable 2, met by the two pods on the CPU node) lets drains through.
@@ -285,7 +285,6 @@ def cluster_seed(specs, gpu_operator=None, pod_resources=False):
     objs.append(seed.daemonset("dcgm-exporter", namespace="gpu-monitoring", node_selector=dict(GPU_NODE_LABEL),
                                labels={"app": "dcgm-exporter"}))
     train = {"app": "train"}
-    objs.append(seed.replicaset("train-7c9d", len(specs) + 2, namespace="ml", labels=train))
     for node in list(specs) + [CPU_NODE, CPU_NODE]:
         index = sum(1 for o in objs if o["kind"] == "Pod")
         objs.append(seed.pod("train-7c9d-%d" % index, node=node, namespace="ml", labels=train,
@@ -302,15 +301,9 @@ def cluster_seed(specs, gpu_operator=None, pod_resources=False):
     return objs
 
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def kube_info():
     try:
-        with open(os.path.join(BED, "kubeapi.json"), encoding="utf-8") as handle:
+        with open(os.path.join(BED, "cluster.json"), encoding="utf-8") as handle:
             return json.load(handle)
     except OSError:
         return None
@@ -321,39 +314,48 @@ def stop_kube():
     if info:
         try:
             os.kill(info["pid"], signal.SIGTERM)
-            for dummy in range(100):
+            for dummy in range(STOP_TIMEOUT_S * 20):
                 os.kill(info["pid"], 0)
                 time.sleep(0.05)
             os.kill(info["pid"], signal.SIGKILL)
         except ProcessLookupError:
             pass
+        os.unlink(os.path.join(BED, "cluster.json"))
+    shutil.rmtree(os.path.join(BED, "cluster"), ignore_errors=True)
 
 
 def start_kube(specs, gpu_operator=None, pod_resources=False):
-    info = kube_info() or {"port": free_port()}
+    """A fresh test cluster (tests/support/controlplane: the real control plane and the NVIDIA
+    stand-ins) seeded with cluster_seed. BED/kubeconfig is the admin's, for the scenarios' own
+    steps; BED/collection.kubeconfig a ServiceAccount bound to the rules of rbac/ only, which the
+    inventory gives the collection."""
     stop_kube()
     seed_file = os.path.join(BED, "kube-seed.yaml")
     with open(seed_file, "w", encoding="utf-8") as handle:
         yaml.safe_dump_all(cluster_seed(specs, gpu_operator, pod_resources), handle, sort_keys=False)
-    out_path = os.path.join(BED, "kubeapi.out")
-    with open(out_path, "w", encoding="utf-8") as out, open(os.path.join(BED, "kubeapi.log"), "a") as err:
-        proc = subprocess.Popen([VENV_PYTHON, "-m", "tests.support.kubeapi", "--port", str(info["port"]),
-                                 "--seed", seed_file, "--kubeconfig", os.path.join(BED, "kubeconfig")],
-                                cwd=REPO, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
+    out_path = os.path.join(BED, "cluster.out")
+    log_path = os.path.join(BED, "cluster.log")
+    with open(out_path, "w", encoding="utf-8") as out, open(log_path, "a") as err:
+        proc = subprocess.Popen([VENV_PYTHON, "-m", "tests.support.controlplane",
+                                 "--dir", os.path.join(BED, "cluster"), "--seed", seed_file,
+                                 "--rbac-kubeconfig", os.path.join(BED, "collection.kubeconfig")],
+                                cwd=REPO, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                start_new_session=True)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         with open(out_path, encoding="utf-8") as handle:
             line = handle.readline()
         if line.endswith("\n"):
             ready = json.loads(line)
-            with open(os.path.join(BED, "kubeapi.json"), "w", encoding="utf-8") as handle:
-                json.dump({"pid": proc.pid, "port": ready["port"], "url": ready["url"],
-                           "kubeconfig": ready["kubeconfig"]}, handle)
+            shutil.copyfile(ready["kubeconfig"], os.path.join(BED, "kubeconfig"))
+            with open(os.path.join(BED, "cluster.json"), "w", encoding="utf-8") as handle:
+                json.dump(dict(ready, pid=proc.pid), handle)
             return
         if proc.poll() is not None:
             break
-        time.sleep(0.05)
-    raise SystemExit("bed: the Kubernetes API did not start: %s" % tail(os.path.join(BED, "kubeapi.log")))
+        time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("bed: the test cluster did not start: %s" % tail(log_path))
 
 
 # ----- commands -----------------------------------------------------------------------------------
