@@ -1,21 +1,20 @@
 """The emulator's GPU Operator, mig-manager and DRA kubelet plugin (tests/support/kubeapi operator.py,
 migmanager.py, dra.py) through the clients the roles use: kubernetes.core, the kubernetes Python client
-and kubectl, against simulated GPU hosts (gpuops_mig_sim)."""
+and kubectl, against simulated GPU hosts (gpuops_mig_sim). The rest of these tests run on the real
+control plane in test_standins_operator.py; these still rely on the emulator answering at once
+(hooks that see the old object, GC and DaemonSet pods without delay) and move there next."""
 
-import os
 import subprocess
 import time
 
 import pytest
-import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes import dynamic as k8s_dynamic
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 import gpuops_mig_sim as sim
-from tests.support.playbook import run_tasks
-from tests.support.kubeapi import allocations, dra, migmanager, seed
+from tests.support.kubeapi import allocations, migmanager, seed
 
 GPU = {"nvidia.com/gpu.present": "true"}
 DP, GFD = "nvidia.com/gpu.deploy.device-plugin", "nvidia.com/gpu.deploy.gpu-feature-discovery"
@@ -67,38 +66,6 @@ def record(api):
 
 
 # ----- kinds and discovery ---------------------------------------------------------------------------------
-
-@pytest.mark.playbook
-def test_kubernetes_core_reads_cluster_policy_and_resource_slices(kube_api, kube_env, tmp_path, host, idle):
-    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host), seed.node("gpu-2", GPU), *seed.gpu_operator(),
-                  *seed.dra_driver())
-    idle()
-    results = run_tasks([
-        {"name": "policy", "kubernetes.core.k8s_info": {"api_version": "nvidia.com/v1", "kind": "ClusterPolicy"}},
-        {"name": "crd", "kubernetes.core.k8s_info": {"api_version": "apiextensions.k8s.io/v1",
-                                                     "kind": "CustomResourceDefinition",
-                                                     "name": "clusterpolicies.nvidia.com"}},
-        {"name": "slices", "kubernetes.core.k8s_info": {"api_version": "resource.k8s.io/v1", "kind": "ResourceSlice",
-                                                        "field_selectors": ["spec.nodeName=gpu-1",
-                                                                            "spec.driver=gpu.nvidia.com"]}},
-        {"name": "classes", "kubernetes.core.k8s_info": {"api_version": "resource.k8s.io/v1", "kind": "DeviceClass",
-                                                         "name": "mig.nvidia.com"}},
-        {"name": "relabel", "kubernetes.core.k8s": {
-            "kind": "Node", "name": "gpu-1", "state": "patched",
-            "definition": {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}}}},
-    ], kube_env, tmp_path)
-    policy = results["policy"]["resources"][0]
-    assert policy["metadata"]["name"] == "cluster-policy"
-    assert policy["spec"]["mig"]["strategy"] == "single" and policy["spec"]["migManager"]["config"] == {
-        "name": "", "default": "all-disabled"}
-    assert policy["status"] == {"namespace": NS, "state": "ready"}
-    assert results["crd"]["resources"][0]["spec"]["names"]["kind"] == "ClusterPolicy"
-    [slice_] = results["slices"]["resources"]
-    assert slice_["metadata"]["name"] == "gpu-1-gpu.nvidia.com"
-    assert [d["name"] for d in slice_["spec"]["devices"]] == ["gpu-0"]
-    assert results["classes"]["resources"][0]["metadata"]["name"] == "mig.nvidia.com"
-    idle()
-    assert labels_of(kube_api)[STATE] == "success" and len(gis(host)) == 4
 
 
 def dynamic(api):
@@ -193,94 +160,6 @@ def test_operand_daemonsets_follow_the_cluster_policy(kube_api, kube_env, host, 
 
 # ----- mig-manager -------------------------------------------------------------------------------------------
 
-def test_mig_manager_applies_a_config_when_the_label_changes(kube_api, host, idle):
-    same = dict(seed.DEFAULT_MIG_PARTED_CONFIG["mig-configs"]["all-1g.10gb"][0])
-    config = {"version": "v1", "mig-configs": dict(seed.DEFAULT_MIG_PARTED_CONFIG["mig-configs"], **{
-        "same-as-1g.10gb": [same]})}
-    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host), *seed.gpu_operator(config_name="mine", config=config))
-    idle()
-    assert labels_of(kube_api)[MIG_CONFIG] == "all-disabled" and labels_of(kube_api)[STATE] == "success"
-    before = {p["metadata"]["uid"] for p in pods(kube_api, "nvidia-device-plugin-daemonset")}
-    seen = record(kube_api)
-
-    core_api(kube_api).patch_node("gpu-1", {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
-    idle()
-    assert seen[0] == ("pending", "true") and ("pending", "paused-for-mig-change") in seen
-    assert seen[-1] == ("success", "true")
-    assert gis(host) == [(15, 0), (15, 2), (15, 4), (15, 6)]
-    labels = labels_of(kube_api)
-    assert labels[GFD] == "true" and labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.10gb"
-    assert labels["nvidia.com/gpu.count"] == "4"
-    assert kube_api.get("Node", "gpu-1")["status"]["allocatable"]["nvidia.com/gpu"] == "4"
-    after = {p["metadata"]["uid"] for p in pods(kube_api, "nvidia-device-plugin-daemonset")}
-    assert after and not after & before  # the plugin was restarted
-    assert "1g.10gb x4 (created)" in kube_api.get("Node", "gpu-1")["metadata"]["annotations"][
-        migmanager.LOG_ANNOTATION]
-
-    # The same value again: nothing happens. A name whose geometry is in place: success, no pending.
-    del seen[:]
-    core_api(kube_api).patch_node("gpu-1", {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
-    idle()
-    assert seen == []
-    core_api(kube_api).patch_node("gpu-1", {"metadata": {"labels": {MIG_CONFIG: "same-as-1g.10gb"}}})
-    idle()
-    assert seen == [] and labels_of(kube_api)[STATE] == "success"
-    assert {p["metadata"]["uid"] for p in pods(kube_api, "nvidia-device-plugin-daemonset")} == after
-    # An empty value wakes nothing.
-    core_api(kube_api).patch_node("gpu-1", {"metadata": {"labels": {MIG_CONFIG: ""}}})
-    idle()
-    assert seen == [] and len(gis(host)) == 4
-
-
-def test_mig_manager_fails_unknown_names_and_engine_refusals(kube_api, host, idle):
-    config = {"version": "v1", "mig-configs": {
-        "all-disabled": [{"devices": "all", "mig-enabled": False}],
-        "too-many": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb": 8}}]}}
-    kube_api.seed(seed.node("gpu-1", dict(GPU, **{GFD: "false", "nvidia.com/mig.capable": "true"}), nvml_state=host),
-                  *seed.gpu_operator(config_name="custom-mig-config", config=config))
-    idle()
-    seen = record(kube_api)
-    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "no-such-config"}}})
-    idle()
-    assert seen == [("failed", "true")]  # straight to failed, no pending
-    assert "not in ConfigMap gpu-operator/custom-mig-config" in kube_api.get("Node", "gpu-1")["metadata"][
-        "annotations"][migmanager.LOG_ANNOTATION]
-
-    del seen[:]
-    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "too-many"}}})
-    idle()
-    assert seen[0] == ("pending", "true") and seen[-1] == ("failed", "true")
-    labels = labels_of(kube_api)
-    assert labels[DP] == "true" and labels[GFD] == "false"  # restored; false kept
-    assert gis(host) == []
-    log = kube_api.get("Node", "gpu-1")["metadata"]["annotations"][migmanager.LOG_ANNOTATION]
-    assert "engine exit status 1" in log and "cannot be applied" in log
-
-
-def test_mig_manager_wedge_and_recovery_by_deleting_its_pod(kube_api, host, idle):
-    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host), *seed.gpu_operator())
-    idle()
-    kube_api.patch("Node", "gpu-1", {"metadata": {
-        "annotations": {migmanager.WEDGE_ANNOTATION: "once"}, "labels": {MIG_CONFIG: "all-1g.10gb"}}})
-    idle()
-    node = kube_api.get("Node", "gpu-1")
-    labels = node["metadata"]["labels"]
-    assert labels[STATE] == "pending" and labels[DP] == labels[GFD] == "paused-for-mig-change"
-    assert migmanager.WEDGE_ANNOTATION not in node["metadata"]["annotations"]
-    assert gis(host) == [] and not pods(kube_api, "nvidia-device-plugin-daemonset")
-    assert "nvidia.com/gpu" in node["status"]["allocatable"]  # a stopped plugin leaves its resources (emulator)
-
-    # Setting the same label again does not help; deleting the mig-manager pod does.
-    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
-    idle()
-    assert labels_of(kube_api)[STATE] == "pending"
-    [manager] = pods(kube_api, "nvidia-mig-manager")
-    core_api(kube_api).delete_namespaced_pod(manager["metadata"]["name"], NS)
-    idle()
-    labels = labels_of(kube_api)
-    assert labels[STATE] == "success" and labels[DP] == labels[GFD] == "true"
-    assert len(gis(host)) == 4 and pods(kube_api, "nvidia-device-plugin-daemonset")
-
 
 def test_mig_manager_delay_knob_and_client_daemonsets(kube_api, host, idle):
     """gpu.deploy.client (operator v26.7): a DRA plugin selecting it is bounced across the change."""
@@ -298,49 +177,6 @@ def test_mig_manager_delay_knob_and_client_daemonsets(kube_api, host, idle):
     slice_ = kube_api.get("ResourceSlice", "gpu-1-gpu.nvidia.com")
     assert slice_["spec"]["pool"]["generation"] == 2
     assert [d["name"] for d in slice_["spec"]["devices"]] == [f"gpu-0-mig-1g10gb-15-{s}" for s in (0, 2, 4, 6)]
-
-
-def test_default_install_publishes_a_per_node_config_and_the_operator_rewrites_its_default(kube_api, host, idle):
-    """migManager.config.name unset (the chart's default): mig-manager generates <node>-mig-config from the
-    hardware, owned by its pod; default-mig-parted-config is only the operator's asset, rewritten on every pass."""
-    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host), *seed.gpu_operator())
-    idle()
-    [manager] = pods(kube_api, "nvidia-mig-manager")
-    env = {e["name"]: e.get("value") for e in manager["spec"]["containers"][0]["env"]}
-    assert env["DEFAULT_CONFIG_FILE"] == "/mig-parted-config/config-default.yaml" and "CONFIG_FILE" not in env
-    node_config = kube_api.get("ConfigMap", "gpu-1-mig-config", NS)
-    assert node_config["metadata"]["labels"] == {"app.kubernetes.io/component": "nvidia-mig-manager",
-                                                 "nvidia.com/node-name": "gpu-1"}
-    [owner] = node_config["metadata"]["ownerReferences"]
-    assert (owner["kind"], owner["name"], owner["uid"]) == ("Pod", manager["metadata"]["name"],
-                                                            manager["metadata"]["uid"])
-    generated = yaml.safe_load(node_config["data"]["config.yaml"])["mig-configs"]
-    assert generated["all-1g.10gb"] == [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 4}}]
-    assert labels_of(kube_api)[STATE] == "success"
-
-    # A layout written into default-mig-parted-config is overwritten at once, and mig-manager never reads it.
-    default = kube_api.get("ConfigMap", "default-mig-parted-config", NS)
-    assert default["metadata"]["ownerReferences"][0]["kind"] == "ClusterPolicy"
-    mine = {"version": "v1", "mig-configs": {"mine": [{"devices": "all", "mig-enabled": True,
-                                                       "mig-devices": {"3g.20gb": 2}}]}}
-    kube_api.patch("ConfigMap", "default-mig-parted-config", {"data": {"config.yaml": yaml.safe_dump(mine)}}, NS)
-    assert yaml.safe_load(kube_api.get("ConfigMap", "default-mig-parted-config", NS)["data"]["config.yaml"]) == \
-        seed.DEFAULT_MIG_PARTED_CONFIG
-    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "mine"}}})
-    idle()
-    assert labels_of(kube_api)[STATE] == "failed"
-    assert "is not in the config generated for gpu-1" in kube_api.get("Node", "gpu-1")["metadata"]["annotations"][
-        migmanager.LOG_ANNOTATION]
-    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "all-3g.20gb"}}})
-    idle()
-    assert labels_of(kube_api)[STATE] == "success" and gis(host) == [(9, 0), (9, 4)]
-
-    # A new pod: the old one's ConfigMap goes with it (owner), the new one publishes its own.
-    kube_api.delete("Pod", manager["metadata"]["name"], NS)
-    idle()
-    [new] = pods(kube_api, "nvidia-mig-manager")
-    owner = kube_api.get("ConfigMap", "gpu-1-mig-config", NS)["metadata"]["ownerReferences"][0]
-    assert owner["uid"] == new["metadata"]["uid"] != manager["metadata"]["uid"]
 
 
 def test_a_failure_after_a_completed_run_leaves_the_gpu_clients_paused(kube_api, host, idle):
@@ -402,57 +238,6 @@ def test_with_reboot_a_mode_change_that_needs_one_reboots_and_waits_for_the_driv
         migmanager.LOG_ANNOTATION]
 
 
-def test_mig_parted_applies_gpu_by_gpu(kube_api, tmp_path, idle):
-    path = str(tmp_path / "two.json")
-    sim.create_state(path, "2xA100-SXM4-40GB")
-    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=path), *seed.gpu_operator())
-    idle()
-    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "all-3g.20gb"}}})
-    idle()
-    # From 2 x 3g.20gb to 4 x 1g.10gb on each GPU; the sixth GPU instance (GPU 1's second) cannot be created.
-    sim.add_fault(path, "nvmlDeviceCreateGpuInstanceWithPlacement", "INSUFFICIENT_RESOURCES", nth=6)
-    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
-    idle()
-    assert labels_of(kube_api)[STATE] == "failed"
-    gpus = sim.load_state(path)["gpus"]
-    assert sorted(gi["profile_id"] for gi in gpus[0]["gpu_instances"]) == [15] * 4   # stays changed
-    assert gpus[1]["gpu_instances"] == [] and gpus[1]["mig"]["current"] == sim.MIG_ENABLE  # cleared, not rolled back
-
-
-def test_gpu_client_shutdown_waits_scale_with_the_knob(kube_api, host, monkeypatch, idle):
-    monkeypatch.setattr(migmanager, "TIME_SCALE", 1 / 300)     # 5 minutes per component: 1 s
-    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host), *seed.gpu_operator(),
-                  seed.pod("dcgm-stuck", node="gpu-1", namespace=NS, labels={"app": "nvidia-dcgm"}))
-    idle()
-    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
-    idle()
-    labels = labels_of(kube_api)
-    assert labels[STATE] == "pending" and labels[DP] == PAUSED and gis(host) == []
-    assert "after 1 s: dcgm-stuck" in kube_api.get("Node", "gpu-1")["metadata"]["annotations"][
-        migmanager.LOG_ANNOTATION]
-
-
-def test_a_config_name_just_added_reaches_the_pod_late(kube_api, host, monkeypatch, idle):
-    monkeypatch.setattr(migmanager, "TIME_SCALE", 1 / 60)      # the kubelet's sync: 1 s
-    config = {"version": "v1", "mig-configs": {"all-disabled": [{"devices": "all", "mig-enabled": False}]}}
-    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host),
-                  *seed.gpu_operator(config_name="custom-mig-config", config=config))
-    idle()
-    added = dict(config["mig-configs"], **{name: [{"devices": "all", "mig-enabled": True,
-                                                   "mig-devices": {"3g.20gb": 2}}] for name in ("new-a", "new-b")})
-    kube_api.patch("ConfigMap", "custom-mig-config",
-                   {"data": {"config.yaml": yaml.safe_dump({"version": "v1", "mig-configs": added})}}, NS)
-    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "new-a"}}})
-    idle()
-    assert labels_of(kube_api)[STATE] == "failed" and gis(host) == []
-    assert "is not in ConfigMap gpu-operator/custom-mig-config (as mounted)" in kube_api.get(
-        "Node", "gpu-1")["metadata"]["annotations"][migmanager.LOG_ANNOTATION]
-    time.sleep(migmanager.scaled(migmanager.CONFIGMAP_SYNC_SECONDS) + 0.2)
-    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "new-b"}}})
-    idle()
-    assert labels_of(kube_api)[STATE] == "success" and gis(host) == [(9, 0), (9, 4)]
-
-
 # ----- DRA kubelet plugin ------------------------------------------------------------------------------------
 
 def test_dra_plugin_publishes_at_start_and_stays_stale_until_restarted(kube_api, host, idle):
@@ -490,35 +275,6 @@ def test_dra_plugin_publishes_at_start_and_stays_stale_until_restarted(kube_api,
     assert kube_api.get("ResourceSlice", "gpu-1-gpu.nvidia.com")["spec"]["devices"] == []
 
 
-def test_dynamic_mig_destroys_devices_it_did_not_create(kube_api, host, idle):
-    assert migmanager.apply_config(host, seed.DEFAULT_MIG_PARTED_CONFIG, "all-1g.10gb")[0] == 0
-    sim.add_process(host, 0, 4242, gi=sim.load_state(host)["gpus"][0]["gpu_instances"][0]["id"], ci=0)
-    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host), *seed.dra_driver(dynamic_mig=True))
-    [pod] = kube_api.list("Pod", "nvidia-dra-driver-gpu")
-    assert dra.feature_gates(pod) == {"DynamicMIG=true"}
-    state = sim.load_state(host)["gpus"][0]
-    assert state["mig"]["current"] == sim.MIG_ENABLE
-    assert len(state["gpu_instances"]) == 1  # the one with a process survives (NVML: in use)
-    # Then it publishes every profile at every placement, abstract (no uuid), with shared counters (dynamic.py).
-    counters, gpu_slice = sorted(kube_api.list("ResourceSlice", field_selector="spec.nodeName=gpu-1"),
-                                 key=lambda s: s["metadata"]["name"])
-    assert [c["name"] for c in counters["spec"]["sharedCounters"]] == ["gpu-0-counter-set"]
-    mig = [d for d in gpu_slice["spec"]["devices"] if d["attributes"]["type"] == {"string": "mig"}]
-    assert mig and not any("uuid" in d["attributes"] for d in mig)
-    assert gpu_slice["spec"]["pool"]["resourceSliceCount"] == 2
-
-
-def test_seed_config_map_holds_the_mig_parted_config():
-    objs = seed.gpu_operator("ops", config_name="mine", mig_manager=False, device_plugin=False)
-    cm = next(o for o in objs if o["kind"] == "ConfigMap")
-    assert cm["metadata"] == {"name": "mine", "namespace": "ops"}
-    assert yaml.safe_load(cm["data"]["config.yaml"]) == seed.DEFAULT_MIG_PARTED_CONFIG
-    policy = objs[-1]
-    assert policy["spec"]["migManager"]["enabled"] is False and policy["spec"]["devicePlugin"]["enabled"] is False
-    assert policy["status"]["namespace"] == "ops"
-    assert migmanager.SIM_BIN.endswith(os.path.join("simulator", "bin"))
-
-
 def test_dra_claims_of_bound_pods_are_allocated_released_and_fail_their_pod_when_the_device_goes(kube_api, host, idle):
     assert migmanager.apply_config(host, seed.DEFAULT_MIG_PARTED_CONFIG, "all-3g.20gb")[0] == 0
     kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host), *seed.dra_driver(),
@@ -548,51 +304,4 @@ def test_dra_claims_of_bound_pods_are_allocated_released_and_fail_their_pod_when
 
 # ----- GPUCluster (GPU Operator v26.7's DRA stack) -----------------------------------------------------------
 
-def test_gpu_cluster_labels_its_nodes_renders_its_operands_and_honours_a_pause(kube_api, host, idle):
-    from tests.support.kubeapi import gpucluster
 
-    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host), seed.node("cpu-1"), *seed.gpu_cluster(dynamic_mig=True))
-    deploy = dict((k, v) for k, v in labels_of(kube_api).items() if k.startswith("nvidia.com/gpu.deploy."))
-    assert deploy == dict.fromkeys(gpucluster.STATE_LABELS, "true")
-    assert not any(k.startswith("nvidia.com/gpu.deploy.") for k in labels_of(kube_api, "cpu-1"))
-    owner = kube_api.get("GPUCluster", "gpu-cluster")["metadata"]["uid"]
-    sets = {d["metadata"]["name"]: d for d in kube_api.list("DaemonSet", NS)}
-    assert sorted(sets) == ["nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra", "nvidia-dra-driver-kubelet-plugin"]
-    assert all(d["metadata"]["ownerReferences"][0]["uid"] == owner for d in sets.values())
-    plugin = sets["nvidia-dra-driver-kubelet-plugin"]["spec"]["template"]
-    assert plugin["spec"]["nodeSelector"] == {"nvidia.com/gpu.deploy.dra-driver": "true"}
-    assert plugin["metadata"]["labels"]["app.kubernetes.io/name"] == "nvidia-dra-driver"
-    [pod] = [p for p in kube_api.list("Pod", NS) if p["metadata"]["labels"]["app"] == "nvidia-dra-driver-kubelet-plugin"]
-    assert dra.feature_gates(pod) == {"DynamicMIG=true"}
-    # dra.py plays the plugin; with DynamicMIG on, dynamic.py publishes the split slices of the node's pool.
-    assert any(s["spec"].get("nodeName") == "gpu-1" and s["spec"]["driver"] == "gpu.nvidia.com"
-               for s in kube_api.list("ResourceSlice"))
-
-    # A pause is honoured: the operator writes "true" only over an absent or empty label.
-    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {"nvidia.com/gpu.deploy.dra-driver": PAUSED,
-                                                             "nvidia.com/gpu.deploy.dcgm-dra": ""}}})
-    assert labels_of(kube_api)["nvidia.com/gpu.deploy.dra-driver"] == PAUSED
-    assert labels_of(kube_api)["nvidia.com/gpu.deploy.dcgm-dra"] == "true"
-    assert sorted(p["metadata"]["labels"]["app"] for p in kube_api.list("Pod", NS)) == [
-        "nvidia-dcgm-dra", "nvidia-dcgm-exporter-dra"]
-    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {"nvidia.com/gpu.deploy.dra-driver": "true"}}})
-    assert len(kube_api.list("Pod", NS)) == 3
-    # Without the GPUCluster its operands go with it (ownerReference cascade).
-    kube_api.delete("GPUCluster", "gpu-cluster")
-    assert kube_api.list("DaemonSet", NS) == []
-
-
-def test_the_kubelet_keeps_a_running_gpu_cluster_plugins_slices_and_wipes_them_once_it_is_gone(kube_api, host, idle):
-    """The wipe follows the plugin, whichever chart deployed it: the GPUCluster's nvidia-dra-driver pod counts as
-    much as the standalone chart's (a wipe 30 s after publishing failed a slow CI run)."""
-    from tests.support.kubeapi.dynamic import WIPING_DELAY_ANNOTATION
-
-    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host), *seed.gpu_cluster())
-    kube_api.patch("Node", "gpu-1", {"metadata": {"annotations": {WIPING_DELAY_ANNOTATION: "0.5"}}})
-    time.sleep(2)
-    assert [s["metadata"]["name"] for s in kube_api.list("ResourceSlice")] == ["gpu-1-gpu.nvidia.com"]
-    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {"nvidia.com/gpu.deploy.dra-driver": PAUSED}}})
-    deadline = time.monotonic() + 10
-    while kube_api.list("ResourceSlice") and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert kube_api.list("ResourceSlice") == []
