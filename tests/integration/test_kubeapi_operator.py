@@ -4,14 +4,11 @@ and kubectl, against simulated GPU hosts (gpuops_mig_sim). The rest of these tes
 control plane in test_standins_operator.py; these still rely on the emulator answering at once
 (hooks that see the old object, GC and DaemonSet pods without delay) and move there next."""
 
-import subprocess
-import time
 
 import pytest
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes import dynamic as k8s_dynamic
-from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 import gpuops_mig_sim as sim
 from tests.support.kubeapi import allocations, migmanager, seed
@@ -65,100 +62,9 @@ def record(api):
     return seen
 
 
-# ----- kinds and discovery ---------------------------------------------------------------------------------
-
 
 def dynamic(api):
     return k8s_dynamic.DynamicClient(k8s_config.new_client_from_config(api.kubeconfig))
-
-
-@pytest.mark.parametrize("api_version, kind, first, then", [
-    ("nvidia.com/v1", "ClusterPolicy", [], seed.gpu_operator),
-    # nvidia.com serves two versions: GPUCluster (operator v26.7's DRA stack) beside ClusterPolicy.
-    ("nvidia.com/v1alpha1", "GPUCluster", seed.gpu_operator, seed.gpu_cluster)])
-def test_nvidia_custom_resources_are_served_only_while_their_crds_exist(kube_api, api_version, kind, first, then):
-    if first:
-        kube_api.seed(*first())
-    with pytest.raises(ResourceNotFoundError):
-        dynamic(kube_api).resources.get(api_version=api_version, kind=kind)
-    kube_api.seed(*then())
-    dyn = dynamic(kube_api)
-    assert [o.metadata.name for o in dyn.resources.get(api_version=api_version, kind=kind).get().items] == [
-        "cluster-policy" if kind == "ClusterPolicy" else "gpu-cluster"]
-    assert [p.metadata.name for p in dyn.resources.get(api_version="nvidia.com/v1", kind="ClusterPolicy").get().items] \
-        == ["cluster-policy"]
-    assert dyn.resources.get(api_version="resource.k8s.io/v1", kind="ResourceSlice").get().items == []
-
-
-# ----- the operator ------------------------------------------------------------------------------------------
-
-def test_operator_deploy_labels_leave_set_values_alone(kube_api, idle):
-    kube_api.seed(
-        seed.node("gpu-1", dict(GPU, **{DP: "false", GFD: "paused-for-mig-change", "nvidia.com/mig.capable": "true",
-                                        "nvidia.com/gpu.deploy.mig-manager": "false"})),
-        seed.node("gpu-2", dict(GPU, **{"nvidia.com/gpu.deploy.operands": "false", DP: "true"})),
-        seed.node("a10-1", dict(GPU, **{"nvidia.com/gpu.product": "NVIDIA-A10"})),
-        seed.node("h100-1", dict(GPU, **{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", DP: ""})),
-        seed.node("cpu-1", {"nvidia.com/gpu.deploy.driver": "true"}),
-    )
-    assert labels_of(kube_api, "gpu-2")[DP] == "true"  # no ClusterPolicy yet: nothing happens
-    kube_api.seed(*seed.gpu_operator())
-    one = labels_of(kube_api)
-    assert (one[DP], one[GFD], one["nvidia.com/gpu.deploy.mig-manager"]) == ("false", "paused-for-mig-change", "false")
-    assert one["nvidia.com/gpu.deploy.driver"] == one["nvidia.com/gpu.deploy.container-toolkit"] == "true"
-    assert one["nvidia.com/gpu.deploy.operator-validator"] == "true"
-    assert one[MIG_CONFIG] == "all-disabled"  # whatever gpu.deploy.mig-manager says
-    assert not [k for k in labels_of(kube_api, "gpu-2") if k.startswith("nvidia.com/gpu.deploy.") and
-                k != "nvidia.com/gpu.deploy.operands"]
-    a10 = labels_of(kube_api, "a10-1")
-    assert a10[DP] == "true" and "nvidia.com/gpu.deploy.mig-manager" not in a10 and MIG_CONFIG not in a10
-    h100 = labels_of(kube_api, "h100-1")
-    assert h100[DP] == h100["nvidia.com/gpu.deploy.mig-manager"] == "true" and h100[MIG_CONFIG] == "all-disabled"
-    assert "nvidia.com/gpu.deploy.driver" not in labels_of(kube_api, "cpu-1")  # not a GPU node
-
-    # Removing mig.config is not a trigger; a ClusterPolicy spec change is.
-    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: None}}})
-    assert MIG_CONFIG not in labels_of(kube_api)
-    kube_api.patch("ClusterPolicy", "cluster-policy", {"spec": {"mig": {"strategy": "mixed"}}})
-    assert labels_of(kube_api)[MIG_CONFIG] == "all-disabled"
-    # config.default "" stops the default label; deleting the deploy label brings it back.
-    kube_api.patch("ClusterPolicy", "cluster-policy", {"spec": {"migManager": {"config": {"default": ""}}}})
-    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: None, DP: None}}})
-    assert MIG_CONFIG not in labels_of(kube_api) and labels_of(kube_api)[DP] == "true"
-
-
-def test_operand_daemonsets_follow_the_cluster_policy(kube_api, kube_env, host, idle):
-    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host), *seed.gpu_operator(mig_strategy="single"))
-    custom = k8s_client.CustomObjectsApi(k8s_config.new_client_from_config(kube_api.kubeconfig))
-    names = sorted(ds["metadata"]["name"] for ds in kube_api.list("DaemonSet", NS))
-    assert names == ["gpu-feature-discovery", "nvidia-device-plugin-daemonset", "nvidia-mig-manager"]
-    plugin = kube_api.get("DaemonSet", "nvidia-device-plugin-daemonset", NS)
-    assert plugin["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpu-operator"
-    [owner] = plugin["metadata"]["ownerReferences"]
-    assert (owner["kind"], owner["name"], owner["controller"]) == ("ClusterPolicy", "cluster-policy", True)
-    assert plugin["spec"]["template"]["spec"]["nodeSelector"] == {DP: "true"}
-    [pod] = pods(kube_api, "nvidia-device-plugin-daemonset")
-    assert {"name": "MIG_STRATEGY", "value": "single"} in pod["spec"]["containers"][0]["env"]
-    assert labels_of(kube_api)["nvidia.com/mig.strategy"] == "single"
-
-    # NVIDIA's documented strategy change (kubectl JSON patch) rolls the plugin and GFD.
-    subprocess.run(["kubectl", "patch", "clusterpolicies.nvidia.com/cluster-policy", "--type=json",
-                    '-p=[{"op": "replace", "path": "/spec/mig/strategy", "value": "mixed"}]'],
-                   env=kube_env, check=True, capture_output=True, timeout=60)
-    [new_pod] = pods(kube_api, "nvidia-device-plugin-daemonset")
-    assert new_pod["metadata"]["uid"] != pod["metadata"]["uid"]
-    assert {"name": "MIG_STRATEGY", "value": "mixed"} in new_pod["spec"]["containers"][0]["env"]
-    assert labels_of(kube_api)["nvidia.com/mig.strategy"] == "mixed"  # the new GFD pod relabelled
-
-    custom.patch_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy",
-                                       {"spec": {"devicePlugin": {"enabled": False}, "migManager": {"enabled": False}}})
-    assert sorted(ds["metadata"]["name"] for ds in kube_api.list("DaemonSet", NS)) == ["gpu-feature-discovery"]
-    assert not pods(kube_api, "nvidia-device-plugin-daemonset")
-    custom.delete_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")
-    assert kube_api.list("DaemonSet", NS) == [] and kube_api.list("Pod", NS) == []
-
-
-# ----- mig-manager -------------------------------------------------------------------------------------------
 
 
 def test_mig_manager_delay_knob_and_client_daemonsets(kube_api, host, idle):
@@ -204,77 +110,6 @@ def test_a_failure_after_a_completed_run_leaves_the_gpu_clients_paused(kube_api,
     assert labels_of(kube_api)[STATE] == "failed" and labels_of(kube_api)[DP] == "true"
 
 
-def test_with_reboot_a_mode_change_that_needs_one_reboots_and_waits_for_the_driver(
-        kube_api, tmp_path, monkeypatch, idle):
-    monkeypatch.setattr(migmanager, "TIME_SCALE", 1 / 200)     # reboot and driver rebuild: 1.2 s
-    path = str(tmp_path / "vm.json")
-    sim.create_state(path, "1xA100-SXM4-40GB")
-    sim.set_host(path, passthrough=True)                        # a GPU reset is refused: only a reboot applies it
-    boot = sim.boot_id(path)
-    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=path), *seed.gpu_operator(env={"WITH_REBOOT": "true"}))
-    idle()
-    seen, times = record(kube_api), {}
-
-    def note(event):
-        state = (event.obj["metadata"].get("labels") or {}).get(STATE)
-        if state != ((event.old or {}).get("metadata", {}).get("labels") or {}).get(STATE):
-            times[state] = time.monotonic()
-    kube_api.on("modified", note, kind="Node")
-    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
-    idle()
-    assert ("rebooting", PAUSED) in seen and seen[-1] == ("success", "true"), seen
-    assert seen.index(("rebooting", PAUSED)) < seen.index(("pending", PAUSED), seen.index(("rebooting", PAUSED)))
-    assert times["success"] - times["rebooting"] >= migmanager.scaled(
-        migmanager.REBOOT_SECONDS + migmanager.DRIVER_REBUILD_SECONDS)
-    assert sim.boot_id(path) != boot and len(gis(path)) == 4
-
-    # A mode that does not take effect across the reboot either: failed after it, as the real one says.
-    sim.set_host(path, mode_change_survives_reboot=False)
-    del seen[:]
-    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "all-disabled"}}})
-    idle()
-    assert ("rebooting", PAUSED) in seen and labels_of(kube_api)[STATE] == "failed"
-    assert "did not take effect after rebooting" in kube_api.get("Node", "gpu-1")["metadata"]["annotations"][
-        migmanager.LOG_ANNOTATION]
-
-
-# ----- DRA kubelet plugin ------------------------------------------------------------------------------------
-
-def test_dra_plugin_publishes_at_start_and_stays_stale_until_restarted(kube_api, host, idle):
-    kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host), seed.node("cpu-1"), *seed.dra_driver())
-    slice_ = kube_api.get("ResourceSlice", "gpu-1-gpu.nvidia.com")
-    gpu = sim.load_state(host)["gpus"][0]
-    assert slice_["spec"]["driver"] == "gpu.nvidia.com" and slice_["spec"]["nodeName"] == "gpu-1"
-    assert slice_["spec"]["pool"] == {"name": "gpu-1", "generation": 1, "resourceSliceCount": 1}
-    [device] = slice_["spec"]["devices"]
-    assert device["name"] == "gpu-0" and device["attributes"]["type"] == {"string": "gpu"}
-    assert device["attributes"]["uuid"] == {"string": gpu["uuid"]}
-    assert kube_api.list("ResourceSlice", field_selector="spec.nodeName=cpu-1") == []
-
-    config = seed.DEFAULT_MIG_PARTED_CONFIG
-    assert migmanager.apply_config(host, config, "all-balanced")[0] == 0
-    assert [d["name"] for d in kube_api.get("ResourceSlice", "gpu-1-gpu.nvidia.com")["spec"]["devices"]] == ["gpu-0"]
-    [pod] = kube_api.list("Pod", "nvidia-dra-driver-gpu")
-    kube_api.delete("Pod", pod["metadata"]["name"], "nvidia-dra-driver-gpu")
-    slice_ = kube_api.get("ResourceSlice", "gpu-1-gpu.nvidia.com")
-    assert slice_["spec"]["pool"]["generation"] == 2
-    devices = {d["name"]: d for d in slice_["spec"]["devices"]}
-    assert sorted(d["attributes"]["profile"]["string"] for d in devices.values()) == [
-        "1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"]
-    uuids = {ci["uuid"] for gi in sim.load_state(host)["gpus"][0]["gpu_instances"] for ci in gi["compute_instances"]}
-    assert {d["attributes"]["uuid"]["string"] for d in devices.values()} == uuids
-    assert {d["attributes"]["parentUUID"]["string"] for d in devices.values()} == {gpu["uuid"]}
-    three = next(d for d in devices.values() if d["attributes"]["profile"]["string"] == "3g.20gb")
-    start = next(gi["start"] for gi in sim.load_state(host)["gpus"][0]["gpu_instances"] if gi["profile_id"] == 9)
-    assert three["name"] == f"gpu-0-mig-3g20gb-9-{start}" and three["capacity"]["memory"] == {"value": "19968Mi"}
-
-    # MIG on without devices: published as nothing.
-    assert migmanager.apply_config(host, config, "all-enabled")[0] == 0
-    kube_api.delete("Pod", kube_api.list("Pod", "nvidia-dra-driver-gpu")[0]["metadata"]["name"],
-                    "nvidia-dra-driver-gpu")
-    assert kube_api.get("ResourceSlice", "gpu-1-gpu.nvidia.com")["spec"]["devices"] == []
-
-
 def test_dra_claims_of_bound_pods_are_allocated_released_and_fail_their_pod_when_the_device_goes(kube_api, host, idle):
     assert migmanager.apply_config(host, seed.DEFAULT_MIG_PARTED_CONFIG, "all-3g.20gb")[0] == 0
     kube_api.seed(seed.node("gpu-1", GPU, nvml_state=host), *seed.dra_driver(),
@@ -302,6 +137,36 @@ def test_dra_claims_of_bound_pods_are_allocated_released_and_fail_their_pod_when
     assert p1["phase"] == "Failed" and p1["reason"] == "DeviceDestroyed" and names[1] in p1["message"]
 
 
-# ----- GPUCluster (GPU Operator v26.7's DRA stack) -----------------------------------------------------------
+def test_operator_deploy_labels_leave_set_values_alone(kube_api, idle):
+    kube_api.seed(
+        seed.node("gpu-1", dict(GPU, **{DP: "false", GFD: "paused-for-mig-change", "nvidia.com/mig.capable": "true",
+                                        "nvidia.com/gpu.deploy.mig-manager": "false"})),
+        seed.node("gpu-2", dict(GPU, **{"nvidia.com/gpu.deploy.operands": "false", DP: "true"})),
+        seed.node("a10-1", dict(GPU, **{"nvidia.com/gpu.product": "NVIDIA-A10"})),
+        seed.node("h100-1", dict(GPU, **{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", DP: ""})),
+        seed.node("cpu-1", {"nvidia.com/gpu.deploy.driver": "true"}),
+    )
+    assert labels_of(kube_api, "gpu-2")[DP] == "true"  # no ClusterPolicy yet: nothing happens
+    kube_api.seed(*seed.gpu_operator())
+    one = labels_of(kube_api)
+    assert (one[DP], one[GFD], one["nvidia.com/gpu.deploy.mig-manager"]) == ("false", "paused-for-mig-change", "false")
+    assert one["nvidia.com/gpu.deploy.driver"] == one["nvidia.com/gpu.deploy.container-toolkit"] == "true"
+    assert one["nvidia.com/gpu.deploy.operator-validator"] == "true"
+    assert one[MIG_CONFIG] == "all-disabled"  # whatever gpu.deploy.mig-manager says
+    assert not [k for k in labels_of(kube_api, "gpu-2") if k.startswith("nvidia.com/gpu.deploy.") and
+                k != "nvidia.com/gpu.deploy.operands"]
+    a10 = labels_of(kube_api, "a10-1")
+    assert a10[DP] == "true" and "nvidia.com/gpu.deploy.mig-manager" not in a10 and MIG_CONFIG not in a10
+    h100 = labels_of(kube_api, "h100-1")
+    assert h100[DP] == h100["nvidia.com/gpu.deploy.mig-manager"] == "true" and h100[MIG_CONFIG] == "all-disabled"
+    assert "nvidia.com/gpu.deploy.driver" not in labels_of(kube_api, "cpu-1")  # not a GPU node
 
-
+    # Removing mig.config is not a trigger; a ClusterPolicy spec change is.
+    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: None}}})
+    assert MIG_CONFIG not in labels_of(kube_api)
+    kube_api.patch("ClusterPolicy", "cluster-policy", {"spec": {"mig": {"strategy": "mixed"}}})
+    assert labels_of(kube_api)[MIG_CONFIG] == "all-disabled"
+    # config.default "" stops the default label; deleting the deploy label brings it back.
+    kube_api.patch("ClusterPolicy", "cluster-policy", {"spec": {"migManager": {"config": {"default": ""}}}})
+    kube_api.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: None, DP: None}}})
+    assert MIG_CONFIG not in labels_of(kube_api) and labels_of(kube_api)[DP] == "true"

@@ -4,6 +4,7 @@ and kubectl, against simulated GPU hosts (gpuops_mig_sim), on the real test clus
 idle(), until the stand-ins, kube-controller-manager and kwok are done with it."""
 
 import os
+import subprocess
 import time
 
 import pytest
@@ -11,10 +12,10 @@ import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes import dynamic as k8s_dynamic
+from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 import gpuops_mig_sim as sim
 from tests.support.playbook import run_tasks
-from tests.support.controlplane.__main__ import operands_ready
 from tests.support.kubeapi import dra, migmanager, seed
 
 GPU = {"nvidia.com/gpu.present": "true"}
@@ -31,14 +32,28 @@ def host(tmp_path):
     return path
 
 
+def rolled_out(cluster) -> bool:
+    """Every DaemonSet of the operator's namespace has a current pod on each node it selects
+    (ready or not: a device plugin waits for its driver)."""
+    for ds in cluster.list("DaemonSet", NS):
+        status = ds.get("status") or {}
+        want = status.get("desiredNumberScheduled") or 0
+        if (status.get("observedGeneration", 0) < ds["metadata"]["generation"]
+                or (status.get("currentNumberScheduled") or 0) != want
+                or (status.get("updatedNumberScheduled") or 0) != want):
+            return False
+    return True
+
+
 def settled(cluster):
     """What the real cluster does after a write is done: the stand-ins caught up with every
-    stored change, the operator's DaemonSets rolled out by kube-controller-manager and kwok,
-    mig-manager's workers idle."""
+    stored change, the operator's DaemonSets rolled out by kube-controller-manager, mig-manager's
+    workers idle."""
     for _ in range(2):
         cluster.stand_ins.sync()
-        cluster.wait_for(lambda: not cluster.list("DaemonSet", NS) or operands_ready(cluster, NS),
-                         "the operator's DaemonSets to roll out", timeout=60)
+        cluster.wait_for(lambda: rolled_out(cluster), "the operator's DaemonSets to roll out (at the start: %s)" % [
+            (d["metadata"]["name"], d.get("status")) for d in cluster.list("DaemonSet", NS)],
+            timeout=60)
         migmanager.wait_idle(cluster, 60)
     cluster.stand_ins.sync()
 
@@ -66,6 +81,20 @@ def core_api(api):
     return k8s_client.CoreV1Api(k8s_config.new_client_from_config(api.control_plane.kubeconfig))
 
 
+def restart_dra_plugin(cluster, namespace="nvidia-dra-driver-gpu"):
+    """Deletes the DRA plugin's pod and waits until its DaemonSet runs a new one."""
+    [pod] = cluster.list("Pod", namespace)
+    cluster.delete("Pod", pod["metadata"]["name"], namespace)
+    cluster.wait_for(lambda: [p["metadata"]["uid"] != pod["metadata"]["uid"]
+                              and p["status"].get("phase") == "Running"
+                              for p in cluster.list("Pod", namespace)] == [True],
+                     "a new DRA plugin pod running", timeout=60)
+
+
+def dynamic(api):
+    return k8s_dynamic.DynamicClient(k8s_config.new_client_from_config(api.control_plane.kubeconfig))
+
+
 def record(api, node="gpu-1"):
     """(mig.config.state, device-plugin deploy label) after every change of either, as a watch
     of the node sees them."""
@@ -83,8 +112,6 @@ def record(api, node="gpu-1"):
     api.on("modified", hook, kind="Node")
     return seen
 
-
-# ----- kinds and discovery ---------------------------------------------------------------------------------
 
 @pytest.mark.playbook
 def test_kubernetes_core_reads_cluster_policy_and_resource_slices(cluster, admin_env, tmp_path, host, idle):
@@ -118,15 +145,6 @@ def test_kubernetes_core_reads_cluster_policy_and_resource_slices(cluster, admin
     idle()
     assert labels_of(cluster)[STATE] == "success" and len(gis(host)) == 4
 
-
-def dynamic(api):
-    return k8s_dynamic.DynamicClient(k8s_config.new_client_from_config(api.control_plane.kubeconfig))
-
-
-# ----- the operator ------------------------------------------------------------------------------------------
-
-
-# ----- mig-manager -------------------------------------------------------------------------------------------
 
 def test_mig_manager_applies_a_config_when_the_label_changes(cluster, host, idle):
     same = dict(seed.DEFAULT_MIG_PARTED_CONFIG["mig-configs"]["all-1g.10gb"][0])
@@ -313,9 +331,6 @@ def test_a_config_name_just_added_reaches_the_pod_late(cluster, host, monkeypatc
     assert labels_of(cluster)[STATE] == "success" and gis(host) == [(9, 0), (9, 4)]
 
 
-# ----- DRA kubelet plugin ------------------------------------------------------------------------------------
-
-
 def test_dynamic_mig_destroys_devices_it_did_not_create(cluster, host, idle):
     assert migmanager.apply_config(host, seed.DEFAULT_MIG_PARTED_CONFIG, "all-1g.10gb")[0] == 0
     sim.add_process(host, 0, 4242, gi=sim.load_state(host)["gpus"][0]["gpu_instances"][0]["id"], ci=0)
@@ -345,8 +360,6 @@ def test_seed_config_map_holds_the_mig_parted_config():
     assert policy["status"]["namespace"] == "ops"
     assert migmanager.SIM_BIN.endswith(os.path.join("simulator", "bin"))
 
-
-# ----- GPUCluster (GPU Operator v26.7's DRA stack) -----------------------------------------------------------
 
 def test_gpu_cluster_labels_its_nodes_renders_its_operands_and_honours_a_pause(cluster, host, idle):
     from tests.support.kubeapi import gpucluster
@@ -403,3 +416,130 @@ def test_the_kubelet_keeps_a_running_gpu_cluster_plugins_slices_and_wipes_them_o
     while cluster.list("ResourceSlice") and time.monotonic() < deadline:
         time.sleep(0.2)
     assert cluster.list("ResourceSlice") == []
+
+
+@pytest.mark.parametrize("api_version, kind, first, then", [
+    ("nvidia.com/v1", "ClusterPolicy", [], seed.gpu_operator),
+    # nvidia.com serves two versions: GPUCluster (operator v26.7's DRA stack) beside ClusterPolicy.
+    ("nvidia.com/v1alpha1", "GPUCluster", seed.gpu_operator, seed.gpu_cluster)])
+def test_nvidia_custom_resources_are_served_only_while_their_crds_exist(cluster, api_version, kind, first, then):
+    if first:
+        cluster.seed(*first())
+    with pytest.raises(ResourceNotFoundError):
+        dynamic(cluster).resources.get(api_version=api_version, kind=kind)
+    cluster.seed(*then())
+    dyn = dynamic(cluster)
+    assert [o.metadata.name for o in dyn.resources.get(api_version=api_version, kind=kind).get().items] == [
+        "cluster-policy" if kind == "ClusterPolicy" else "gpu-cluster"]
+    assert [p.metadata.name for p in dyn.resources.get(api_version="nvidia.com/v1", kind="ClusterPolicy").get().items] \
+        == ["cluster-policy"]
+    assert dyn.resources.get(api_version="resource.k8s.io/v1", kind="ResourceSlice").get().items == []
+
+
+def test_operand_daemonsets_follow_the_cluster_policy(cluster, admin_env, host, idle):
+    cluster.seed(seed.node("gpu-1", GPU, nvml_state=host), *seed.gpu_operator(mig_strategy="single"))
+    idle()
+    custom = k8s_client.CustomObjectsApi(k8s_config.new_client_from_config(cluster.control_plane.kubeconfig))
+    names = sorted(ds["metadata"]["name"] for ds in cluster.list("DaemonSet", NS))
+    assert names == ["gpu-feature-discovery", "nvidia-device-plugin-daemonset", "nvidia-mig-manager"]
+    plugin = cluster.get("DaemonSet", "nvidia-device-plugin-daemonset", NS)
+    assert plugin["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpu-operator"
+    [owner] = plugin["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["controller"]) == ("ClusterPolicy", "cluster-policy", True)
+    assert plugin["spec"]["template"]["spec"]["nodeSelector"] == {DP: "true"}
+    [pod] = pods(cluster, "nvidia-device-plugin-daemonset")
+    assert {"name": "MIG_STRATEGY", "value": "single"} in pod["spec"]["containers"][0]["env"]
+    assert labels_of(cluster)["nvidia.com/mig.strategy"] == "single"
+
+    # NVIDIA's documented strategy change (kubectl JSON patch) rolls the plugin and GFD.
+    subprocess.run(["kubectl", "patch", "clusterpolicies.nvidia.com/cluster-policy", "--type=json",
+                    '-p=[{"op": "replace", "path": "/spec/mig/strategy", "value": "mixed"}]'],
+                   env=admin_env, check=True, capture_output=True, timeout=60)
+    idle()
+    [new_pod] = pods(cluster, "nvidia-device-plugin-daemonset")
+    assert new_pod["metadata"]["uid"] != pod["metadata"]["uid"]
+    assert {"name": "MIG_STRATEGY", "value": "mixed"} in new_pod["spec"]["containers"][0]["env"]
+    assert labels_of(cluster)["nvidia.com/mig.strategy"] == "mixed"  # the new GFD pod relabelled
+
+    custom.patch_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy",
+                                       {"spec": {"devicePlugin": {"enabled": False}, "migManager": {"enabled": False}}})
+    idle()
+    assert sorted(ds["metadata"]["name"] for ds in cluster.list("DaemonSet", NS)) == ["gpu-feature-discovery"]
+    assert not pods(cluster, "nvidia-device-plugin-daemonset")
+    custom.delete_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")
+    # The garbage collector deletes the operands after their owner; kwok ends their pods.
+    cluster.wait_for(lambda: cluster.list("DaemonSet", NS) == [] and cluster.list("Pod", NS) == [],
+                     "the operands to go with the ClusterPolicy", timeout=120)
+
+
+def test_with_reboot_a_mode_change_that_needs_one_reboots_and_waits_for_the_driver(
+        cluster, tmp_path, monkeypatch, idle):
+    monkeypatch.setattr(migmanager, "TIME_SCALE", 1 / 200)     # reboot and driver rebuild: 1.2 s
+    path = str(tmp_path / "vm.json")
+    sim.create_state(path, "1xA100-SXM4-40GB")
+    sim.set_host(path, passthrough=True)                        # a GPU reset is refused: only a reboot applies it
+    boot = sim.boot_id(path)
+    cluster.seed(seed.node("gpu-1", GPU, nvml_state=path), *seed.gpu_operator(env={"WITH_REBOOT": "true"}))
+    idle()
+    seen, times = record(cluster), {}
+
+    last = [labels_of(cluster)[STATE]]
+
+    def note(event):
+        state = (event.obj["metadata"].get("labels") or {}).get(STATE)
+        if state != last[0]:
+            last[0], times[state] = state, time.monotonic()
+    cluster.on("modified", note, kind="Node")
+    cluster.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
+    idle()
+    assert ("rebooting", PAUSED) in seen and seen[-1] == ("success", "true"), seen
+    assert seen.index(("rebooting", PAUSED)) < seen.index(("pending", PAUSED), seen.index(("rebooting", PAUSED)))
+    assert times["success"] - times["rebooting"] >= migmanager.scaled(
+        migmanager.REBOOT_SECONDS + migmanager.DRIVER_REBUILD_SECONDS)
+    assert sim.boot_id(path) != boot and len(gis(path)) == 4
+
+    # A mode that does not take effect across the reboot either: failed after it, as the real one says.
+    sim.set_host(path, mode_change_survives_reboot=False)
+    del seen[:]
+    cluster.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "all-disabled"}}})
+    idle()
+    assert ("rebooting", PAUSED) in seen and labels_of(cluster)[STATE] == "failed"
+    assert "did not take effect after rebooting" in cluster.get("Node", "gpu-1")["metadata"]["annotations"][
+        migmanager.LOG_ANNOTATION]
+
+
+def test_dra_plugin_publishes_at_start_and_stays_stale_until_restarted(cluster, host, idle):
+    cluster.seed(seed.node("gpu-1", GPU, nvml_state=host), seed.node("cpu-1"), *seed.dra_driver())
+    idle()
+    slice_ = cluster.get("ResourceSlice", "gpu-1-gpu.nvidia.com")
+    gpu = sim.load_state(host)["gpus"][0]
+    assert slice_["spec"]["driver"] == "gpu.nvidia.com" and slice_["spec"]["nodeName"] == "gpu-1"
+    assert slice_["spec"]["pool"] == {"name": "gpu-1", "generation": 1, "resourceSliceCount": 1}
+    [device] = slice_["spec"]["devices"]
+    assert device["name"] == "gpu-0" and device["attributes"]["type"] == {"string": "gpu"}
+    assert device["attributes"]["uuid"] == {"string": gpu["uuid"]}
+    assert cluster.list("ResourceSlice", field_selector="spec.nodeName=cpu-1") == []
+
+    config = seed.DEFAULT_MIG_PARTED_CONFIG
+    assert migmanager.apply_config(host, config, "all-balanced")[0] == 0
+    assert [d["name"] for d in cluster.get("ResourceSlice", "gpu-1-gpu.nvidia.com")["spec"]["devices"]] == ["gpu-0"]
+    restart_dra_plugin(cluster)
+    idle()
+    slice_ = cluster.get("ResourceSlice", "gpu-1-gpu.nvidia.com")
+    assert slice_["spec"]["pool"]["generation"] == 2
+    devices = {d["name"]: d for d in slice_["spec"]["devices"]}
+    assert sorted(d["attributes"]["profile"]["string"] for d in devices.values()) == [
+        "1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"]
+    uuids = {ci["uuid"] for gi in sim.load_state(host)["gpus"][0]["gpu_instances"] for ci in gi["compute_instances"]}
+    assert {d["attributes"]["uuid"]["string"] for d in devices.values()} == uuids
+    assert {d["attributes"]["parentUUID"]["string"] for d in devices.values()} == {gpu["uuid"]}
+    three = next(d for d in devices.values() if d["attributes"]["profile"]["string"] == "3g.20gb")
+    start = next(gi["start"] for gi in sim.load_state(host)["gpus"][0]["gpu_instances"] if gi["profile_id"] == 9)
+    assert three["name"] == f"gpu-0-mig-3g20gb-9-{start}" and three["capacity"]["memory"] == {"value": "19968Mi"}
+
+    # MIG on without devices: published as nothing.
+    assert migmanager.apply_config(host, config, "all-enabled")[0] == 0
+    restart_dra_plugin(cluster)
+    idle()
+    # An empty list is left out of what the API server stores.
+    assert not cluster.get("ResourceSlice", "gpu-1-gpu.nvidia.com")["spec"].get("devices")

@@ -296,6 +296,10 @@ def _work(cluster, manager, node_name, state):
         except _Stopped:
             log.info("mig-manager run on %s for %s stopped", node_name, value)
         except Exception as exc:  # an emulator bug: fail the test
+            if "being terminated" in str(exc) or getattr(exc, "code", None) == 404:
+                # The test cluster's reset took the namespace or node away mid-run.
+                log.info("mig-manager run on %s for %s ended by a reset: %s", node_name, value, exc)
+                return
             cluster.errors.append(exc)
             log.exception("simulated mig-manager failed on %s", node_name)
 
