@@ -36,7 +36,7 @@ def mig_devices(gpu):
 
 
 class Cluster:
-    """Reads of the emulated Kubernetes API (tests/support/kubeapi) with the kubernetes client."""
+    """Reads of the test cluster's Kubernetes API with the kubernetes client."""
 
     def __init__(self, kubeconfig):
         from kubernetes import client, config

@@ -112,9 +112,9 @@ def test_nodes_advertise_the_layout_and_are_schedulable(cluster, name, plan):
 
 
 def test_the_pending_pods_now_run_on_the_planned_nodes(cluster):
-    """The emulator's scheduler (tests/support/kubeapi/scheduler.py, kube-scheduler's resource fit) binds a pending
-    pod to a schedulable node with room: after the rollout every demand pod runs on a node the plan touched, and
-    no node holds pods asking for more than it advertises."""
+    """kube-scheduler binds a pending pod to a schedulable node with room: after the rollout every
+    demand pod runs on a node the plan touched, and no node holds pods asking for more than it
+    advertises."""
     pods = pending_pods(cluster)
     assert len(pods) == 6
     where = [(p.metadata.name, p.spec.node_name, p.status.phase) for p in pods]
