@@ -62,7 +62,6 @@ def record(api):
     return seen
 
 
-
 def dynamic(api):
     return k8s_dynamic.DynamicClient(k8s_config.new_client_from_config(api.kubeconfig))
 

@@ -49,7 +49,7 @@ def settled(cluster):
     """What the real cluster does after a write is done: the stand-ins caught up with every
     stored change, the operator's DaemonSets rolled out by kube-controller-manager, mig-manager's
     workers idle."""
-    for _ in range(2):
+    for dummy in range(2):
         cluster.stand_ins.sync()
         cluster.wait_for(lambda: rolled_out(cluster), "the operator's DaemonSets to roll out (at the start: %s)" % [
             (d["metadata"]["name"], d.get("status")) for d in cluster.list("DaemonSet", NS)],
@@ -116,7 +116,7 @@ def record(api, node="gpu-1"):
 @pytest.mark.playbook
 def test_kubernetes_core_reads_cluster_policy_and_resource_slices(cluster, admin_env, tmp_path, host, idle):
     cluster.seed(seed.node("gpu-1", GPU, nvml_state=host), seed.node("gpu-2", GPU), *seed.gpu_operator(),
-                  *seed.dra_driver())
+                 *seed.dra_driver())
     idle()
     results = run_tasks([
         {"name": "policy", "kubernetes.core.k8s_info": {"api_version": "nvidia.com/v1", "kind": "ClusterPolicy"}},
@@ -190,7 +190,7 @@ def test_mig_manager_fails_unknown_names_and_engine_refusals(cluster, host, idle
         "all-disabled": [{"devices": "all", "mig-enabled": False}],
         "too-many": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb": 8}}]}}
     cluster.seed(seed.node("gpu-1", dict(GPU, **{GFD: "false", "nvidia.com/mig.capable": "true"}), nvml_state=host),
-                  *seed.gpu_operator(config_name="custom-mig-config", config=config))
+                 *seed.gpu_operator(config_name="custom-mig-config", config=config))
     idle()
     seen = record(cluster)
     cluster.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "no-such-config"}}})
@@ -299,7 +299,7 @@ def test_mig_parted_applies_gpu_by_gpu(cluster, tmp_path, idle):
 def test_gpu_client_shutdown_waits_scale_with_the_knob(cluster, host, monkeypatch, idle):
     monkeypatch.setattr(migmanager, "TIME_SCALE", 1 / 300)     # 5 minutes per component: 1 s
     cluster.seed(seed.node("gpu-1", GPU, nvml_state=host), *seed.gpu_operator(),
-                  seed.pod("dcgm-stuck", node="gpu-1", namespace=NS, labels={"app": "nvidia-dcgm"}))
+                 seed.pod("dcgm-stuck", node="gpu-1", namespace=NS, labels={"app": "nvidia-dcgm"}))
     idle()
     cluster.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
     idle()
@@ -313,12 +313,12 @@ def test_a_config_name_just_added_reaches_the_pod_late(cluster, host, monkeypatc
     monkeypatch.setattr(migmanager, "TIME_SCALE", 1 / 60)      # the kubelet's sync: 1 s
     config = {"version": "v1", "mig-configs": {"all-disabled": [{"devices": "all", "mig-enabled": False}]}}
     cluster.seed(seed.node("gpu-1", GPU, nvml_state=host),
-                  *seed.gpu_operator(config_name="custom-mig-config", config=config))
+                 *seed.gpu_operator(config_name="custom-mig-config", config=config))
     idle()
     added = dict(config["mig-configs"], **{name: [{"devices": "all", "mig-enabled": True,
                                                    "mig-devices": {"3g.20gb": 2}}] for name in ("new-a", "new-b")})
     cluster.patch("ConfigMap", "custom-mig-config",
-                   {"data": {"config.yaml": yaml.safe_dump({"version": "v1", "mig-configs": added})}}, NS)
+                  {"data": {"config.yaml": yaml.safe_dump({"version": "v1", "mig-configs": added})}}, NS)
     idle()
     cluster.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "new-a"}}})
     idle()
@@ -384,7 +384,7 @@ def test_gpu_cluster_labels_its_nodes_renders_its_operands_and_honours_a_pause(c
 
     # A pause is honoured: the operator writes "true" only over an absent or empty label.
     cluster.patch("Node", "gpu-1", {"metadata": {"labels": {"nvidia.com/gpu.deploy.dra-driver": PAUSED,
-                                                             "nvidia.com/gpu.deploy.dcgm-dra": ""}}})
+                                                            "nvidia.com/gpu.deploy.dcgm-dra": ""}}})
     idle()
     assert labels_of(cluster)["nvidia.com/gpu.deploy.dra-driver"] == PAUSED
     assert labels_of(cluster)["nvidia.com/gpu.deploy.dcgm-dra"] == "true"
