@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 import gpuops_mig_sim as sim
+from tests.support.controlplane.cluster import daemonsets_rolled_out
 from tests.support.kubeapi import migmanager, seed
 from test_roles import CONFIG, REPO, STATE, Fleet, output
 
@@ -66,14 +67,7 @@ def operator_fleet(tmp_path, cluster, cluster_env, models=("1xH100-SXM5-80GB", "
 
 def operands_ready(cluster, namespace="gpu-operator"):
     """Every DaemonSet of the operator's namespace has its pods, current and ready."""
-    daemonsets = cluster.list("DaemonSet", namespace)
-    counts = [(ds.get("status") or {}) for ds in daemonsets]
-    return daemonsets and all(
-        status.get("observedGeneration", 0) >= ds["metadata"]["generation"]
-        and (status.get("numberReady") or 0) == (status.get("desiredNumberScheduled") or 0)
-        and (status.get("updatedNumberScheduled") or 0)
-        == (status.get("desiredNumberScheduled") or 0)
-        for ds, status in zip(daemonsets, counts))
+    return daemonsets_rolled_out(cluster, namespace)
 
 
 def profiles(fleet, name):

@@ -11,6 +11,7 @@ from kubernetes import config as k8s_config
 from kubernetes import dynamic as k8s_dynamic
 
 import gpuops_mig_sim as sim
+from test_standins_operator import labels_of, pods
 from tests.support.kubeapi import allocations, migmanager, seed
 
 GPU = {"nvidia.com/gpu.present": "true"}
@@ -32,18 +33,6 @@ def idle(kube_api):
     """Wait for the mig-manager workers before the emulator stops."""
     yield lambda: migmanager.wait_idle(kube_api, 60)
     migmanager.wait_idle(kube_api, 60)
-
-
-def labels_of(api, node="gpu-1"):
-    return api.get("Node", node)["metadata"].get("labels", {})
-
-
-def pods(api, app, node="gpu-1"):
-    return list(api.list("Pod", NS, label_selector=f"app={app}", field_selector=f"spec.nodeName={node}"))
-
-
-def gis(path):
-    return sorted((gi["profile_id"], gi["start"]) for gi in sim.load_state(path)["gpus"][0]["gpu_instances"])
 
 
 def core_api(api):

@@ -15,6 +15,7 @@ from kubernetes import dynamic as k8s_dynamic
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 import gpuops_mig_sim as sim
+from tests.support.controlplane.cluster import daemonsets_rolled_out
 from tests.support.playbook import run_tasks
 from tests.support.kubeapi import dra, migmanager, seed
 
@@ -32,28 +33,17 @@ def host(tmp_path):
     return path
 
 
-def rolled_out(cluster) -> bool:
-    """Every DaemonSet of the operator's namespace has a current pod on each node it selects
-    (ready or not: a device plugin waits for its driver)."""
-    for ds in cluster.list("DaemonSet", NS):
-        status = ds.get("status") or {}
-        want = status.get("desiredNumberScheduled") or 0
-        if (status.get("observedGeneration", 0) < ds["metadata"]["generation"]
-                or (status.get("currentNumberScheduled") or 0) != want
-                or (status.get("updatedNumberScheduled") or 0) != want):
-            return False
-    return True
-
-
 def settled(cluster):
     """What the real cluster does after a write is done: the stand-ins caught up with every
     stored change, the operator's DaemonSets rolled out by kube-controller-manager, mig-manager's
     workers idle."""
     for dummy in range(2):
         cluster.stand_ins.sync()
-        cluster.wait_for(lambda: rolled_out(cluster), "the operator's DaemonSets to roll out (at the start: %s)" % [
-            (d["metadata"]["name"], d.get("status")) for d in cluster.list("DaemonSet", NS)],
-            timeout=60)
+        started = [(d["metadata"]["name"], d.get("status")) for d in cluster.list("DaemonSet", NS)]
+        cluster.wait_for(lambda: not cluster.list("DaemonSet", NS)
+                         or daemonsets_rolled_out(cluster, NS, ready=False),
+                         f"the operator's DaemonSets to roll out (at the start: {started})",
+                         timeout=60)
         migmanager.wait_idle(cluster, 60)
     cluster.stand_ins.sync()
 

@@ -25,23 +25,10 @@ from tests.support.kubeapi.allocations import POD_RESOURCES_ANNOTATION
 from tests.support.kubeapi.seed import load_manifests
 
 from .client import ApiError
-from .cluster import running
+from .cluster import daemonsets_rolled_out, running
 from .launcher import ROOT, ControlPlaneError
 
 SETTLE_TIMEOUT = 120.0
-
-
-def operands_ready(cluster, namespace) -> bool:
-    """Every DaemonSet of `namespace` has its pods, current and ready."""
-    daemonsets = cluster.list("DaemonSet", namespace)
-    for ds in daemonsets:
-        status = ds.get("status") or {}
-        want = status.get("desiredNumberScheduled") or 0
-        if (status.get("observedGeneration", 0) < ds["metadata"]["generation"]
-                or (status.get("numberReady") or 0) != want
-                or (status.get("updatedNumberScheduled") or 0) != want):
-            return False
-    return bool(daemonsets)
 
 
 def settle(cluster) -> None:
@@ -49,7 +36,7 @@ def settle(cluster) -> None:
     namespaces = {ds["metadata"]["namespace"] for ds in cluster.list("DaemonSet")
                   if ds["metadata"]["namespace"] != "kube-system"}
     for namespace in sorted(namespaces):
-        cluster.wait_for(lambda ns=namespace: operands_ready(cluster, ns),
+        cluster.wait_for(lambda ns=namespace: daemonsets_rolled_out(cluster, ns),
                          f"the DaemonSets of {namespace} to run", timeout=SETTLE_TIMEOUT)
     cluster.stand_ins.sync(timeout=SETTLE_TIMEOUT)
     if cluster.find("CustomResourceDefinition", "clusterpolicies.nvidia.com"):

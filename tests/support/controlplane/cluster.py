@@ -400,6 +400,20 @@ class TestCluster(Client):
         self._stopping.set()
 
 
+def daemonsets_rolled_out(cluster, namespace: str, ready: bool = True) -> bool:
+    """The namespace has DaemonSets, and each has a current pod on every node it selects (and,
+    with `ready`, each of those pods ready)."""
+    daemonsets = cluster.list("DaemonSet", namespace)
+    for ds in daemonsets:
+        status = ds.get("status") or {}
+        want = status.get("desiredNumberScheduled") or 0
+        counts = ("updatedNumberScheduled", "numberReady" if ready else "currentNumberScheduled")
+        if status.get("observedGeneration", 0) < ds["metadata"]["generation"] or any(
+                (status.get(count) or 0) != want for count in counts):
+            return False
+    return bool(daemonsets)
+
+
 class HookEvent:
     """What a hook receives: the event type, the kind and the object as the watch sent it."""
 
