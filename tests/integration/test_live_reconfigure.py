@@ -9,6 +9,7 @@ tests/support/podresources_server.py)."""
 import pytest
 
 from tests.support.kubeapi import allocations, seed
+from tests.support.kubeapi.allocations import pod_ready
 from tests.support.podresources_server import PodResourcesServer, node_source
 
 from test_roles import Fleet, STATE
@@ -45,10 +46,17 @@ def busy_node(cluster, cluster_env, tmp_path):
     with PodResourcesServer(sock, node_source(cluster.stand_ins.view, NODE)):
         first = fleet.run("playbooks/site.yml", FAST)
         assert first.returncode == 0, first.stdout[-4000:]
-        cluster.seed(*[seed.pod("train-%d" % i, node=NODE, namespace="ml", labels={"app": "train"},
-                                owner=("ReplicaSet", "train-rs"), limits={MIG_2G: 1})
-                       for i in range(3)])
+        pods = [seed.pod("train-%d" % i, node=NODE, namespace="ml", labels={"app": "train"},
+                         owner=("ReplicaSet", "train-rs"), limits={MIG_2G: 1}) for i in range(3)]
+        # train-2 is the one a scale-down deletes. Set at creation, its deletion cost is in the
+        # ReplicaSet controller's cache before the controller adopts the pods: a later patch
+        # could race the scale-down.
+        pods[2]["metadata"]["annotations"] = {"controller.kubernetes.io/pod-deletion-cost": "-100"}
+        cluster.seed(*pods)
         cluster.wait_for(lambda: len(assigned(cluster)) == 3, "three pods holding a device")
+        # Readiness ranks before the deletion cost: a pod not ready yet would be deleted first.
+        cluster.wait_for(lambda: all(pod_ready(p) for p in cluster.list("Pod", "ml")),
+                         "three pods ready")
         yield fleet
 
 
@@ -90,8 +98,6 @@ def test_only_the_pod_whose_device_goes_is_evicted(busy_node, cluster):
 def test_a_change_that_destroys_only_idle_devices_evicts_nothing(busy_node, cluster):
     fleet = busy_node
     # The ReplicaSet scales down and deletes train-2 (the cheapest to delete): its device is idle.
-    cluster.patch("Pod", "train-2", {"metadata": {"annotations": {
-        "controller.kubernetes.io/pod-deletion-cost": "-100"}}}, "ml")
     cluster.patch("ReplicaSet", "train-rs", {"spec": {"replicas": 2}}, "ml")
     cluster.wait_for(lambda: cluster.find("Pod", "train-2", "ml") is None, "train-2 deleted")
     cluster.wait_for(lambda: len(assigned(cluster)) == 2, "two pods holding a device")

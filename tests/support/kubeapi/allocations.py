@@ -159,6 +159,14 @@ def _wanted(container: dict) -> dict:
     return out
 
 
+def pod_ready(pod: dict) -> bool:
+    """Running with its Ready condition true, as the kubelet (here kwok) reports it."""
+    status = pod.get("status") or {}
+    return status.get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or [])
+
+
 def _stamp(path: str):
     try:
         info = os.stat(path)
@@ -168,8 +176,6 @@ def _stamp(path: str):
 
 
 def _reconcile_node(cluster, name: str, path: str):
-    from .controllers import pod_ready  # controllers imports this module
-
     book = _books.setdefault(cluster, {}).setdefault(name, _Book())
     pods = cluster.list("Pod", field_selector=f"spec.nodeName={name}")
     plugin = next((p for p in pods if deviceplugin.pod_role(p) == deviceplugin.PLUGIN and pod_ready(p)), None)

@@ -17,7 +17,7 @@ import random
 import threading
 import uuid
 
-from . import controllers, patch as patches, resources
+from . import allocations, controllers, patch as patches, resources
 from .controllers import now
 from .errors import ApiError, already_exists, bad_request, conflict, not_found, resource_version_required
 from .selectors import fields_match, labels_match, parse_field_selector, parse_label_selector, selector_requirements
@@ -351,7 +351,7 @@ class Cluster:
             budget = pdb.get("status") or {}
             allowed = budget.get("disruptionsAllowed", 0)
             healthy, desired = budget.get("currentHealthy", 0), budget.get("desiredHealthy", 0)
-            if not controllers.pod_ready(pod) and healthy >= desired > 0:
+            if not allocations.pod_ready(pod) and healthy >= desired > 0:
                 return self._finish_eviction(pod_res, pod, pdb, dry_run)  # unhealthy pods go when the budget holds
             if allowed < 0:
                 raise ApiError(403, "Forbidden", "pdb disruptions allowed is negative")

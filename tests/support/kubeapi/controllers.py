@@ -27,6 +27,7 @@ import json
 import math
 
 from . import allocations, deviceplugin, dra, dynamic, gpucluster, hami, migmanager, operator, scheduler
+from .allocations import pod_ready
 from .selectors import labels_match, pod_fits_node, selector_requirements
 
 # The DaemonSet controller adds these tolerations to its pods, so cordoned or
@@ -56,12 +57,6 @@ def running_pod_status(pod: dict) -> dict:
             for c in containers
         ],
     }
-
-
-def pod_ready(pod: dict) -> bool:
-    status = pod.get("status") or {}
-    return status.get("phase") == "Running" and any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
 def controlled_by(obj: dict, owner: dict) -> bool:
