@@ -200,6 +200,64 @@ def test_mig_manager_fails_unknown_names_and_engine_refusals(cluster, host, idle
     assert "engine exit status 1" in log and "cannot be applied" in log
 
 
+def test_mig_manager_delay_knob_and_client_daemonsets(cluster, host, idle):
+    """gpu.deploy.client (operator v26.7): a DRA plugin selecting it is bounced across the change."""
+    cluster.seed(seed.node("gpu-1", GPU, nvml_state=host), *seed.gpu_operator(),
+                 *seed.dra_driver(node_selector={"nvidia.com/gpu.deploy.client": "true"}))
+    idle()
+    slice_ = cluster.get("ResourceSlice", "gpu-1-gpu.nvidia.com")
+    assert [d["name"] for d in slice_["spec"]["devices"]] == ["gpu-0"]
+    # Three seconds a step: long enough to see the run in progress on a loaded machine.
+    cluster.patch("Node", "gpu-1", {"metadata": {"annotations": {migmanager.DELAY_ANNOTATION: "3"},
+                                                 "labels": {MIG_CONFIG: "all-1g.10gb"}}})
+    with pytest.raises(TimeoutError):
+        migmanager.wait_idle(cluster, 1.5)
+    # The run reads its config for one step before it writes pending.
+    cluster.wait_for(lambda: labels_of(cluster)[STATE] == "pending", "the run to write pending")
+    idle()
+    assert labels_of(cluster)[STATE] == "success"
+    assert labels_of(cluster)["nvidia.com/gpu.deploy.client"] == "true"
+    slice_ = cluster.get("ResourceSlice", "gpu-1-gpu.nvidia.com")
+    assert slice_["spec"]["pool"]["generation"] == 2
+    assert [d["name"] for d in slice_["spec"]["devices"]] == [
+        f"gpu-0-mig-1g10gb-15-{s}" for s in (0, 2, 4, 6)]
+
+
+def test_a_failure_after_a_completed_run_leaves_the_gpu_clients_paused(cluster, host, idle):
+    config = {"version": "v1", "mig-configs": {
+        "all-disabled": [{"devices": "all", "mig-enabled": False}],
+        "all-1g.10gb": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 4}}],
+        "too-many": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb": 8}}]}}
+    cluster.seed(seed.node("gpu-1", dict(GPU, **{GFD: "false", "nvidia.com/mig.capable": "true"}),
+                           nvml_state=host),
+                 *seed.gpu_operator(config_name="custom-mig-config", config=config))
+    idle()
+    cluster.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})
+    idle()
+    assert labels_of(cluster)[STATE] == "success" and labels_of(cluster)[DP] == "true"
+    # NoRestartK8sDaemonsetsOnExit is set for good in this pod: its next failure restores nothing.
+    cluster.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "too-many"}}})
+    idle()
+    labels = labels_of(cluster)
+    assert labels[STATE] == "failed" and labels[DP] == PAUSED and labels[GFD] == "false"
+    cluster.wait_for(lambda: not pods(cluster, "nvidia-device-plugin-daemonset"),
+                     "the device plugin's pod gone")
+    log = cluster.get("Node", "gpu-1")["metadata"]["annotations"][migmanager.LOG_ANNOTATION]
+    assert "left as they are" in log
+    # A new pod (a new process) runs the label again and, failing, puts them back.
+    [manager] = pods(cluster, "nvidia-mig-manager")
+    cluster.delete("Pod", manager["metadata"]["name"], NS)
+    cluster.wait_for(lambda: [p["metadata"]["uid"] for p in pods(cluster, "nvidia-mig-manager")
+                              if p["status"].get("phase") == "Running"
+                              and not p["metadata"].get("deletionTimestamp")]
+                     not in ([], [manager["metadata"]["uid"]]),
+                     "a new mig-manager pod running", timeout=60)
+    idle()
+    cluster.wait_for(lambda: labels_of(cluster)[DP] == "true",
+                     "the new mig-manager to put the device plugin back", timeout=60)
+    assert labels_of(cluster)[STATE] == "failed"
+
+
 def test_mig_manager_wedge_and_recovery_by_deleting_its_pod(cluster, host, idle):
     cluster.seed(seed.node("gpu-1", GPU, nvml_state=host), *seed.gpu_operator())
     idle()
@@ -533,3 +591,51 @@ def test_dra_plugin_publishes_at_start_and_stays_stale_until_restarted(cluster, 
     idle()
     # An empty list is left out of what the API server stores.
     assert not cluster.get("ResourceSlice", "gpu-1-gpu.nvidia.com")["spec"].get("devices")
+
+
+def test_operator_deploy_labels_leave_set_values_alone(cluster, idle):
+    cluster.seed(
+        seed.node("gpu-1", dict(GPU, **{DP: "false", GFD: "paused-for-mig-change",
+                                        "nvidia.com/mig.capable": "true",
+                                        "nvidia.com/gpu.deploy.mig-manager": "false"})),
+        seed.node("gpu-2", dict(GPU, **{"nvidia.com/gpu.deploy.operands": "false", DP: "true"})),
+        seed.node("a10-1", dict(GPU, **{"nvidia.com/gpu.product": "NVIDIA-A10"})),
+        seed.node("h100-1", dict(GPU, **{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                                         DP: ""})),
+        seed.node("cpu-1", {"nvidia.com/gpu.deploy.driver": "true"}),
+    )
+    idle()
+    assert labels_of(cluster, "gpu-2")[DP] == "true"  # no ClusterPolicy yet: nothing happens
+    cluster.seed(*seed.gpu_operator())
+    idle()
+    one = labels_of(cluster)
+    assert (one[DP], one[GFD], one["nvidia.com/gpu.deploy.mig-manager"]) == (
+        "false", "paused-for-mig-change", "false")
+    assert one["nvidia.com/gpu.deploy.driver"] == "true"
+    assert one["nvidia.com/gpu.deploy.container-toolkit"] == "true"
+    assert one["nvidia.com/gpu.deploy.operator-validator"] == "true"
+    assert one[MIG_CONFIG] == "all-disabled"  # whatever gpu.deploy.mig-manager says
+    assert not [k for k in labels_of(cluster, "gpu-2") if k.startswith("nvidia.com/gpu.deploy.") and
+                k != "nvidia.com/gpu.deploy.operands"]
+    a10 = labels_of(cluster, "a10-1")
+    assert a10[DP] == "true" and MIG_CONFIG not in a10
+    assert "nvidia.com/gpu.deploy.mig-manager" not in a10
+    h100 = labels_of(cluster, "h100-1")
+    assert h100[DP] == h100["nvidia.com/gpu.deploy.mig-manager"] == "true"
+    assert h100[MIG_CONFIG] == "all-disabled"
+    assert "nvidia.com/gpu.deploy.driver" not in labels_of(cluster, "cpu-1")  # not a GPU node
+
+    # Removing mig.config is not a trigger; a ClusterPolicy spec change is.
+    cluster.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: None}}})
+    idle()
+    assert MIG_CONFIG not in labels_of(cluster)
+    cluster.patch("ClusterPolicy", "cluster-policy", {"spec": {"mig": {"strategy": "mixed"}}})
+    idle()
+    assert labels_of(cluster)[MIG_CONFIG] == "all-disabled"
+    # config.default "" stops the default label; deleting the deploy label brings it back.
+    cluster.patch("ClusterPolicy", "cluster-policy",
+                  {"spec": {"migManager": {"config": {"default": ""}}}})
+    idle()
+    cluster.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: None, DP: None}}})
+    idle()
+    assert MIG_CONFIG not in labels_of(cluster) and labels_of(cluster)[DP] == "true"
