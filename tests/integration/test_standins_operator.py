@@ -639,3 +639,52 @@ def test_operator_deploy_labels_leave_set_values_alone(cluster, idle):
     cluster.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: None, DP: None}}})
     idle()
     assert MIG_CONFIG not in labels_of(cluster) and labels_of(cluster)[DP] == "true"
+
+
+def test_dra_claims_of_bound_pods_are_allocated_released_and_fail_their_pod_when_the_device_goes(
+        cluster, host, idle):
+    assert migmanager.apply_config(host, seed.DEFAULT_MIG_PARTED_CONFIG, "all-3g.20gb")[0] == 0
+    cluster.seed(seed.node("gpu-1", GPU, nvml_state=host), *seed.dra_driver(),
+                 *[seed.resource_claim("c%d" % i, namespace="ml", profile="3g.20gb")
+                   for i in range(3)],
+                 seed.resource_claim("whole", namespace="ml", device_class="gpu.nvidia.com"),
+                 *[seed.pod("p%d" % i, node="gpu-1", namespace="ml", claims=["c%d" % i])
+                   for i in range(3)],
+                 seed.pod("w", node="gpu-1", namespace="ml", claims=["whole"]))
+    idle()
+
+    def claims():
+        cluster.stand_ins.sync()
+        return dict((c["metadata"]["name"], c) for c in cluster.list("ResourceClaim", "ml"))
+
+    names = [d["name"] for d in cluster.get("ResourceSlice", "gpu-1-gpu.nvidia.com")["spec"]["devices"]]
+    now = claims()
+    for i, name in enumerate(names):          # one device each, in slice order, reserved for its pod
+        status = now["c%d" % i]["status"]
+        [result] = status["allocation"]["devices"]["results"]
+        assert result == {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "gpu-1", "device": name}
+        uid = cluster.get("Pod", "p%d" % i, "ml")["metadata"]["uid"]
+        assert status["reservedFor"] == [{"resource": "pods", "name": "p%d" % i, "uid": uid}]
+        [term] = status["allocation"]["nodeSelector"]["nodeSelectorTerms"]
+        assert term["matchFields"][0]["values"] == ["gpu-1"]
+        # kube-scheduler's finalizer, without which the claim controller would not deallocate it
+        assert now["c%d" % i]["metadata"]["finalizers"] == [dra.ALLOCATED_FINALIZER]
+    # Two 3g.20gb only; no whole GPU.
+    assert "allocation" not in (now["c2"].get("status") or {})
+    assert "allocation" not in (now["whole"].get("status") or {})
+
+    cluster.delete("Pod", "p0", "ml")
+    # Released and deallocated (by the resource claim controller or the stand-in, whichever is
+    # first; an empty reservedFor is left out of the stored object), then given to p2.
+    cluster.wait_for(lambda: not (claims()["c0"].get("status") or {})
+                     and not claims()["c0"]["metadata"].get("finalizers"),
+                     "c0 released, deallocated and without the finalizer", timeout=60)
+    cluster.wait_for(lambda: (((claims()["c2"].get("status") or {}).get("allocation") or {})
+                              .get("devices") or {}).get("results", [{}])[0].get("device")
+                     == names[0], "c2 allocated the device c0 gave back", timeout=60)
+    # The device under p1 destroyed: p1 fails, naming it; p2 (on the other) runs on.
+    assert migmanager.apply_config(host, seed.DEFAULT_MIG_PARTED_CONFIG, "all-1g.5gb")[0] == 0
+    cluster.wait_for(lambda: claims() and (cluster.get("Pod", "p1", "ml").get("status") or {})
+                     .get("phase") == "Failed", "p1 failed", timeout=60)
+    p1 = cluster.get("Pod", "p1", "ml")["status"]
+    assert p1["reason"] == "DeviceDestroyed" and names[1] in p1["message"]

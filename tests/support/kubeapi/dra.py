@@ -34,7 +34,9 @@ leave them, on every reconcile pass:
   nodeSelector on the node's name; status.reservedFor the pod (resource pods, name, uid). A claim
   already allocated on the node is only reserved for the pod too. Too few free devices: the claim
   stays unallocated (the real scheduler would not have bound the pod).
-- A pod deleted or terminal leaves reservedFor; a claim reserved for nobody is deallocated.
+- A claim it allocates gets kube-scheduler's finalizer first. A pod deleted or terminal leaves
+  reservedFor; a claim reserved for nobody is deallocated and loses the finalizer (on the real
+  cluster kube-controller-manager's resource claim controller does the same, whichever is first).
 - A claim's device whose UUID (its slice's uuid attribute when allocated) is gone from the simulated
   host marks the pods it is reserved for Failed, reason DeviceDestroyed, as allocations.py does for
   the device plugin.
@@ -77,6 +79,9 @@ def feature_gates(pod: dict) -> set:
 # cluster -> {claim uid: {device name: UUID when allocated}}
 _claimed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _TERMINAL = ("Succeeded", "Failed")
+# What kube-scheduler puts on a claim it allocates (k8s.io/api/resource/v1 Finalizer). The
+# resource claim controller deallocates a claim left unreserved only when it carries this.
+ALLOCATED_FINALIZER = "resource.kubernetes.io/delete-protection"
 _TYPE_OF_CLASS = {"gpu.nvidia.com": "gpu", "mig.nvidia.com": "mig"}
 _SELECTOR = re.compile(r"""^device\.attributes\[['"]gpu\.nvidia\.com['"]\]\.(\w+)\s*==\s*['"]([^'"]*)['"]$""")
 
@@ -189,6 +194,8 @@ def allocate_claims(cluster):
                 status.pop("allocation", None)
                 claimed.pop(claim["metadata"]["uid"], None)
             cluster.set_status("ResourceClaim", claim["metadata"]["name"], status, claim["metadata"]["namespace"])
+            if not reserved:
+                _finalizer(cluster, claim, add=False)
     for pod in active.values():
         node = (pod.get("spec") or {}).get("nodeName")
         for ref in (pod.get("spec") or {}).get("resourceClaims") or []:
@@ -208,6 +215,7 @@ def _reserve(cluster, claimed, claim, pod, node, resource_slice):
         results = _allocate(cluster, claim, node, resource_slice)
         if results is None:
             return
+        _finalizer(cluster, claim, add=True)
         by_name = dict((d["name"], d) for d in resource_slice["spec"]["devices"])
         claimed[claim["metadata"]["uid"]] = dict(
             (r["device"], ((by_name[r["device"]].get("attributes") or {}).get("uuid") or {}).get("string"))
@@ -218,6 +226,17 @@ def _reserve(cluster, claimed, claim, pod, node, resource_slice):
         return        # allocated on another node: the pod could not have been bound here
     status["reservedFor"] = list(status.get("reservedFor") or []) + [consumer]
     cluster.set_status("ResourceClaim", claim["metadata"]["name"], status, claim["metadata"]["namespace"])
+
+
+def _finalizer(cluster, claim, add):
+    """The scheduler's finalizer on (before allocating) or off (once deallocated) the claim."""
+    finalizers = [f for f in claim["metadata"].get("finalizers") or [] if f != ALLOCATED_FINALIZER]
+    if add:
+        finalizers.append(ALLOCATED_FINALIZER)
+    if finalizers != (claim["metadata"].get("finalizers") or []):
+        cluster.patch("ResourceClaim", claim["metadata"]["name"],
+                      {"metadata": {"finalizers": finalizers or None}},
+                      claim["metadata"]["namespace"])
 
 
 def _allocated_on(status, node):
