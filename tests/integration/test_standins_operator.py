@@ -217,10 +217,13 @@ def test_mig_manager_delay_knob_and_client_daemonsets(cluster, host, idle):
     idle()
     assert labels_of(cluster)[STATE] == "success"
     assert labels_of(cluster)["nvidia.com/gpu.deploy.client"] == "true"
-    slice_ = cluster.get("ResourceSlice", "gpu-1-gpu.nvidia.com")
-    assert slice_["spec"]["pool"]["generation"] == 2
-    assert [d["name"] for d in slice_["spec"]["devices"]] == [
-        f"gpu-0-mig-1g10gb-15-{s}" for s in (0, 2, 4, 6)]
+    # The DRA plugin's new pod publishes the new devices. The kubelet may have wiped the old
+    # pod's slice before it started, so the pool's generation is 1 or 2.
+    def published():
+        found = cluster.find("ResourceSlice", "gpu-1-gpu.nvidia.com") or {}
+        return [d["name"] for d in (found.get("spec") or {}).get("devices") or []]
+    cluster.wait_for(lambda: published() == [f"gpu-0-mig-1g10gb-15-{s}" for s in (0, 2, 4, 6)],
+                     "the new plugin pod's slice with four 1g.10gb devices", timeout=60)
 
 
 def test_a_failure_after_a_completed_run_leaves_the_gpu_clients_paused(cluster, host, idle):

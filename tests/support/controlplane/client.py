@@ -377,6 +377,10 @@ class Client:
             ),
             f"CRD {name} Established",
         )
+        self.forget_kinds()
+
+    def forget_kinds(self) -> None:
+        """Discovery is read again at the next call: a CRD was added or deleted."""
         with self._discovery_lock:
             self._kinds = None
 

@@ -72,7 +72,20 @@ class _Informer:
                 continue
             self.available = True
             try:
-                version = self._list(res)
+                try:
+                    version = self._list(res)
+                except ApiError as exc:
+                    if exc.code != 404:
+                        raise
+                    # Its CRD was deleted since discovery (a reset): served no more, and the
+                    # cache must not keep its objects.
+                    self.client.forget_kinds()
+                    self.available = False
+                    self.objects.clear()
+                    self.synced.set()
+                    changed.set()
+                    stopping.wait(1.0)
+                    continue
                 self.synced.set()
                 changed.set()
                 stream = kube_watch.Watch().stream(

@@ -89,9 +89,11 @@ def reconcile(cluster):
             role = pod_role(pod)
             if role is None or published.get((name, role)) == pod["metadata"]["uid"]:
                 continue
-            published[(name, role)] = pod["metadata"]["uid"]
             view = advertise(_simulator()[0].load_state(path), mig_strategy(pod))
             view = sharing.apply(cluster, node, pod, view, mig_strategy(pod), role == PLUGIN)
+            if role == PLUGIN and not view["plugin_ok"] and not started(pod):
+                continue  # it crashes once started: kwok's late status would overwrite the crash
+            published[(name, role)] = pod["metadata"]["uid"]
             if role == PLUGIN:
                 _publish_resources(cluster, node, view)
                 if not view["plugin_ok"]:
@@ -101,6 +103,12 @@ def reconcile(cluster):
                 _publish_labels(cluster, node, view)
             node = cluster.get("Node", name)
         sharing.refuse_oversized_requests(cluster, name, pods)
+
+
+def started(pod: dict) -> bool:
+    """The kubelet has started the pod (kwok on the real test cluster, later than the stand-ins may
+    see the pod; the emulator's kubelet at once): a status written before would be overwritten."""
+    return (pod.get("status") or {}).get("phase") == "Running"
 
 
 def _publish_resources(cluster, node, view):

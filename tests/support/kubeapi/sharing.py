@@ -176,6 +176,8 @@ def refuse_oversized_requests(cluster, node_name: str, pods) -> None:
     for pod in pods:
         if pod["metadata"]["uid"] in admitted or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
+        if (pod.get("status") or {}).get("phase") != "Running":
+            continue    # judged once started: kwok (the kubelet) would overwrite a refusal
         admitted.add(pod["metadata"]["uid"])
         for container in (pod.get("spec") or {}).get("containers") or []:
             limits = (container.get("resources") or {}).get("limits") or {}
