@@ -5,8 +5,9 @@
 """How many lines playbooks/site.yml prints on N simulated hosts: the first rollout (every node changes) and a
 converged re-run, with the gpuops.mig.rollout stdout callback and (--default) with Ansible's default one.
 
-The fleet is bench_fleet.py's (one H100 per host, connection local, nodes of the Kubernetes API emulator, the
-device plugin not deployed, validation off). Each run's output is kept in --keep DIR when given.
+The fleet is bench_fleet.py's (one H100 per host, connection local, kwok nodes of the real test
+cluster, tests/support/controlplane, the device plugin not deployed, validation off). Each run's
+output is kept in --keep DIR when given.
 
 Usage (from the repository root, after scripts/setup.sh):
     .venv/bin/python bench/bench_output.py [--hosts 64] [--serial 25%] [--forks 16] [--default] [--keep DIR]

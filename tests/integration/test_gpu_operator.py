@@ -56,12 +56,11 @@ def operator_fleet(tmp_path, cluster, cluster_env, models=("1xH100-SXM5-80GB", "
                                     config=LAYOUTS if config_name else None, device_plugin=device_plugin,
                                     env=operator_env))
     migmanager.wait_idle(cluster)
-    if hasattr(cluster, "stand_ins"):
-        # The real control plane: the operands' pods come from kube-controller-manager's
-        # DaemonSet controller and kwok, after the operator made the DaemonSets; a rollout that
-        # looked before mig-manager ran on the node would take the node over instead.
-        cluster.wait_for(lambda: operands_ready(cluster), "the GPU Operator's operands to run")
-        migmanager.wait_idle(cluster)
+    # The operands' pods come from kube-controller-manager's DaemonSet controller and kwok,
+    # after the operator made the DaemonSets; a rollout that looked before mig-manager ran on
+    # the node would take the node over instead.
+    cluster.wait_for(lambda: operands_ready(cluster), "the GPU Operator's operands to run")
+    migmanager.wait_idle(cluster)
     return fleet
 
 

@@ -1,5 +1,6 @@
 """playbooks/site.yml, facts.yml and disable.yml against simulated hosts wired like the demo's
-(examples/simulated-fleet) and the Kubernetes API emulator, with the real helm binary."""
+(examples/simulated-fleet) and the real test cluster (tests/support/controlplane), with the real
+helm binary."""
 
 import json
 import re

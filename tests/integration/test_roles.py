@@ -59,8 +59,10 @@ class Fleet(object):
 
     def add(self, name, gpus, node_labels=None, kubernetes=True, driver=sim.DEFAULT_DRIVER_VERSION, pod_resources=None,
             **hostvars):
-        """A simulated host; with kubernetes, also its node (linked to the GPUs for the plugin/GFD; with
-        pod_resources, a socket path, the emulator gives its pods devices and serves them there)."""
+        """A simulated host; with kubernetes, also its node (linked to the GPUs for the plugin/GFD
+        stand-ins; with pod_resources, a socket path, the kubelet's device manager stand-in
+        (allocations.py) gives its pods devices, for a PodResources server the test starts there
+        with podresources_server.node_source to list)."""
         # The driver's /proc under gpuops_sim_root, where mig_device_nodes makes /dev/nvidia-caps current; creating
         # character devices needs root, so an unprivileged run keeps none (the step then has nothing to do).
         sim.create_state(self.state_path(name), gpus, seed=name, driver_version=driver,
@@ -129,7 +131,8 @@ def output(proc):
 
 
 def device_plugin_daemonsets():
-    """The plugin and GFD as the chart names them; the emulator plays both (MIG strategy mixed)."""
+    """The plugin and GFD as the chart names them; the DaemonSet controller makes their pods, kwok
+    starts them, and the deviceplugin.py stand-in plays both daemons (MIG strategy mixed)."""
     plugin = seed.daemonset("nvidia-device-plugin", namespace="nvidia-device-plugin",
                             labels={"app.kubernetes.io/name": "nvidia-device-plugin"}, env={"MIG_STRATEGY": "mixed"})
     gfd = seed.daemonset("nvidia-device-plugin-gpu-feature-discovery", namespace="nvidia-device-plugin",

@@ -217,6 +217,7 @@ def test_mig_manager_delay_knob_and_client_daemonsets(cluster, host, idle):
     idle()
     assert labels_of(cluster)[STATE] == "success"
     assert labels_of(cluster)["nvidia.com/gpu.deploy.client"] == "true"
+
     # The DRA plugin's new pod publishes the new devices. The kubelet may have wiped the old
     # pod's slice before it started, so the pool's generation is 1 or 2.
     def published():
@@ -272,7 +273,8 @@ def test_mig_manager_wedge_and_recovery_by_deleting_its_pod(cluster, host, idle)
     assert labels[STATE] == "pending" and labels[DP] == labels[GFD] == "paused-for-mig-change"
     assert migmanager.WEDGE_ANNOTATION not in node["metadata"]["annotations"]
     assert gis(host) == [] and not pods(cluster, "nvidia-device-plugin-daemonset")
-    assert "nvidia.com/gpu" in node["status"]["allocatable"]  # a stopped plugin leaves its resources (emulator)
+    # a stopped plugin leaves its resources (the stand-in removes none when its pod goes)
+    assert "nvidia.com/gpu" in node["status"]["allocatable"]
 
     # Setting the same label again does not help; deleting the mig-manager pod does.
     cluster.patch("Node", "gpu-1", {"metadata": {"labels": {MIG_CONFIG: "all-1g.10gb"}}})

@@ -11,10 +11,11 @@ returns the pods as the kubelet lists them:
     with PodResourcesServer(tmp_path / "kubelet.sock", lambda: pods):
         ...   # mig_node_info pod_resources_socket=<that path>
 
-`node_source(cluster, node)` answers for one node of the Kubernetes emulator from the device
-assignments of its device-plugin stand-in (tests/support/kubeapi/allocations.py). Like the kubelet
-(pkg/kubelet/apis/podresources/server_v1.go, List), it lists every active pod bound to the node with
-each of its containers (restartable init containers first), with or without devices.
+`node_source(cluster, node)` answers for one node of the test cluster, `cluster` being the
+stand-ins' view (`cluster.stand_ins.view`, tests/support/controlplane/standins.py): the device
+assignments of the kubelet's device manager stand-in (tests/support/kubeapi/allocations.py). Like
+the kubelet (pkg/kubelet/apis/podresources/server_v1.go, List), it lists every active pod bound to
+the node with each of its containers (restartable init containers first), with or without devices.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import grpc
 
 try:
     from ansible_collections.gpuops.mig.plugins.module_utils import _podresources_api_pb2 as messages
-except ImportError:   # run outside pytest (python -m tests.support.kubeapi): the checkout's collection link
+except ImportError:
+    # run outside pytest (python -m tests.support.controlplane): the checkout's collection link
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", ".build", "collections"))
     from ansible_collections.gpuops.mig.plugins.module_utils import _podresources_api_pb2 as messages
 
@@ -83,7 +85,8 @@ def response(pods) -> messages.ListPodResourcesResponse:
 
 
 def node_source(cluster, node: str):
-    """A source answering for `node` of the Kubernetes emulator `cluster` (its device plugin's assignments)."""
+    """A source answering for `node` of the test cluster; `cluster` is the stand-ins' view
+    (cluster.stand_ins.view), whose device manager stand-in holds the assignments."""
     from tests.support.kubeapi import allocations
 
     return lambda: allocations.pod_resources(cluster, node)

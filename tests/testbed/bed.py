@@ -9,14 +9,15 @@
     bed.py reset --gpu-operator CONFIG
                                  the same, and the cluster also gets the GPU Operator (CRD, ClusterPolicy with
                                  mig.strategy mixed and migManager.config.name mig-layouts, the user's
-                                 ConfigMap of that name holding the mig-parted file CONFIG); the emulator's operator and mig-manager act on it
+                                 ConfigMap of that name holding the mig-parted file CONFIG); the
+                                 operator and mig-manager stand-ins act on it
     bed.py reset --gpu-operator-default
                                  the GPU Operator as the chart installs it by default: no migManager.config.name, so
                                  mig-manager generates <node>-mig-config from each node's GPUs and the operator
                                  rewrites default-mig-parted-config from its own asset
     bed.py reset --pod-resources also a kubelet PodResources API per GPU node (gRPC on the host's
                                  /var/lib/kubelet/pod-resources/kubelet.sock), answering with the devices the
-                                 emulator's device plugin assigned to the node's pods
+                                 kubelet's device manager stand-in assigned to the node's pods
     bed.py power-on HOST...      boot hosts that are down (a reboot that never came back, a poweroff)
     bed.py status                hosts and API, one line each
     bed.py down                  remove everything: processes, namespaces, files
@@ -293,8 +294,9 @@ def cluster_seed(specs, gpu_operator=None, pod_resources=False):
     if gpu_operator == DEFAULT_INSTALL:
         objs.extend(seed.gpu_operator(mig_strategy="mixed"))
     elif gpu_operator:
-        # The simulated mig-manager runs in the emulator, on the controller: it reaches each host's GPUs
-        # through the nodes' kubeapi.test/nvml-state (the host directories, controller paths).
+        # The simulated mig-manager is a stand-in in the test cluster's process, on the
+        # controller: it reaches each host's GPUs through the nodes' kubeapi.test/nvml-state
+        # (the host directories, controller paths).
         with open(gpu_operator, encoding="utf-8") as handle:
             config = yaml.safe_load(handle)
         objs.extend(seed.gpu_operator(mig_strategy="mixed", config_name="mig-layouts", config=config))
@@ -431,7 +433,8 @@ def main(argv=None):
     operator.add_argument("--gpu-operator-default", action="store_true",
                           help="also seed the GPU Operator as the chart installs it (no migManager.config.name)")
     reset_cmd.add_argument("--pod-resources", action="store_true",
-                           help="a kubelet PodResources server per GPU node, fed from the emulator's pods")
+                           help="a kubelet PodResources server per GPU node, fed from the "
+                                "stand-ins' device assignments")
     commands.add_parser("power-on").add_argument("hosts", nargs="+")
     commands.add_parser("status")
     commands.add_parser("down")

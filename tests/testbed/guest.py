@@ -56,9 +56,10 @@ DOTFILES = {
                 'if [ -n "$BASH_VERSION" ] && [ -f ~/.bashrc ]; then . ~/.bashrc; fi\n',
 }
 POWER_COMMANDS = ("shutdown", "reboot", "poweroff", "halt")
-# The kubelet's PodResources socket directory: the host directory's pod-resources/, where the Kubernetes
-# emulator on the controller serves the node's PodResources API (bed.py reset --pod-resources). A unix socket
-# is a file, not an address: a bind mount makes it reachable from the host's network namespace.
+# The kubelet's PodResources socket directory: the host directory's pod-resources/, where the test
+# cluster's process on the controller (python -m tests.support.controlplane) serves the node's
+# PodResources API (bed.py reset --pod-resources). A unix socket is a file, not an address: a bind
+# mount makes it reachable from the host's network namespace.
 POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
 
 # A host's PATH (sshd sessions and boot): the simulated driver's tools (nvidia-smi, nvidia-ctk,

@@ -20,8 +20,8 @@ from kubernetes import watch as kube_watch
 
 from tests.support.kubeapi import allocations, deviceplugin, dra, dynamic, gpucluster, hami
 from tests.support.kubeapi import migmanager, operator
-from tests.support.kubeapi.selectors import fields_match, labels_match, parse_field_selector
-from tests.support.kubeapi.selectors import parse_label_selector
+from tests.support.controlplane.selectors import (fields_match, labels_match, parse_field_selector,
+                                                  parse_label_selector)
 
 from .client import ApiError
 
@@ -322,7 +322,8 @@ class StandIns:
     def sync(self, timeout: float = 30.0) -> None:
         """Returns once every informer's cache holds what the API server held at the call and a
         pass has run over it: the stand-ins have started what they do about every change stored
-        before the call (the emulator's controllers run inside the write; these, after a watch)."""
+        before the call (they act after a watch event, not inside the write, so a test that needs
+        their answer to its write calls this first)."""
         started = time.monotonic()
         for informer in self.informers.values():
             relisted = False

@@ -1,18 +1,6 @@
-"""A Kubernetes API emulator on loopback for the integration tests.
-
-    from tests.support.kubeapi import KubeAPI, seed
-
-    with KubeAPI() as api:                      # serves http://127.0.0.1:<free port>
-        api.seed(seed.node("gpu-1", {"nvidia.com/gpu.present": "true"}))
-        api.write_kubeconfig(tmp_path / "kubeconfig")
-        ...                                     # run ansible-playbook / helm / kubectl against it
-
-What it emulates and what it does not: docs/testing-kubernetes.md.
+"""The NVIDIA stand-ins the test cluster runs as controllers (tests/support/controlplane/standins.py):
+the device plugin and GFD (deviceplugin.py, sharing.py), the kubelet's device manager
+(allocations.py), the GPU Operator (operator.py, gpucluster.py), mig-manager (migmanager.py),
+NVIDIA's DRA kubelet plugin (dra.py, dynamic.py) and HAMi (hami.py); and the manifests tests seed
+(seed.py, kueue.py). What each follows upstream and leaves out: docs/testing-kubernetes.md.
 """
-
-from . import seed
-from .cluster import Cluster, Event
-from .errors import ApiError
-from .server import KubeAPI
-
-__all__ = ["ApiError", "Cluster", "Event", "KubeAPI", "seed"]

@@ -20,7 +20,7 @@ In every reconcile pass, for each such node:
   pod changes only what is advertised; a pod keeps its devices while they exist.
 - **Destroyed under a pod.** When the state file changed (its size or mtime), the UUIDs on the host are read
   again; a pod holding one that is gone is marked phase Failed, reason DeviceDestroyed, with a message naming
-  the device (an emulator convention: a real container would crash on its next CUDA call).
+  the device (a stand-in convention: a real container would crash on its next CUDA call).
 - Pods deleted or terminal free their devices (the kubelet's UpdateAllocatedDevices).
 
 The state file changes outside the cluster (modules in other processes), so a change is noticed on the next

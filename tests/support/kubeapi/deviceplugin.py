@@ -2,9 +2,10 @@
 
 Link a node to a state file of the GPU simulator (simulator/gpuops_mig_sim) with the node
 annotation NVML_STATE_ANNOTATION (seed.node(..., nvml_state=path) sets it).
-Like the real daemons, which read the GPUs only when they start, the emulator
+Like the real daemons, which read the GPUs only when they start, the stand-in
 reads the state file when a device-plugin or GFD pod appears on the node
-(created by the DaemonSet controller, e.g. after a role deletes the old pod):
+(created by the DaemonSet controller, e.g. after a role deletes the old pod;
+seen after a watch event, see tests/support/controlplane/standins.py):
 
 - a plugin pod publishes node capacity/allocatable `nvidia.com/gpu` and
   `nvidia.com/mig-<profile>` for the MIG_STRATEGY of its container env (none without one: the
@@ -106,8 +107,8 @@ def reconcile(cluster):
 
 
 def started(pod: dict) -> bool:
-    """The kubelet has started the pod (kwok on the real test cluster, later than the stand-ins may
-    see the pod; the emulator's kubelet at once): a status written before would be overwritten."""
+    """The kubelet has started the pod (kwok, which may do so later than the stand-ins see the
+    pod): a status written before would be overwritten."""
     return (pod.get("status") or {}).get("phase") == "Running"
 
 

@@ -3,9 +3,10 @@
 What is followed (kubernetes-sigs/kueue):
 
 - config/components/crd/bases/kueue.x-k8s.io_workloads.yaml: the CRD workloads.kueue.x-k8s.io, namespaced,
-  versions v1beta2 (stored) and v1beta1 (served), a status subresource. The emulator serves one version per
-  group, v1beta2 (resources.py), only while the CRD exists: without it discovery does not list the group and
-  kubernetes.core.k8s_info answers api_found false, as on a cluster without Kueue.
+  versions v1beta2 (stored) and v1beta1 (served), a status subresource. The API server serves
+  both (no conversion webhook: only apiVersion changes), v1beta2 preferred, and only while the CRD
+  exists: without it discovery does not list the group and kubernetes.core.k8s_info answers
+  api_found false, as on a cluster without Kueue.
 - apis/kueue/v1beta2/workload_types.go: spec.podSets[] (name, count, template: a PodTemplateSpec),
   spec.queueName, spec.active, and status.conditions of the types QuotaReserved, Admitted, Finished and
   Evicted. `workload()` builds one as Kueue's job integration does for a suspended Job: owned by the Job,

@@ -295,7 +295,7 @@ def _work(cluster, manager, node_name, state):
                 run.run()
         except _Stopped:
             log.info("mig-manager run on %s for %s stopped", node_name, value)
-        except Exception as exc:  # an emulator bug: fail the test
+        except Exception as exc:  # a stand-in bug: fail the test
             if "being terminated" in str(exc) or getattr(exc, "code", None) == 404:
                 # The test cluster's reset took the namespace or node away mid-run.
                 log.info("mig-manager run on %s for %s ended by a reset: %s", node_name, value, exc)

@@ -255,7 +255,8 @@ def _rendered(ds):
 
 
 def operand_daemonset(policy, name, selector, image, with_strategy):
-    """An operand DaemonSet as the operator renders it (only the fields the emulator and roles read)."""
+    """An operand DaemonSet as the operator renders it (only the fields the DaemonSet controller,
+    kwok, the stand-ins and the roles read)."""
     spec = policy.get("spec") or {}
     namespace = operand_namespace(policy)
     env = []

@@ -1,4 +1,4 @@
-"""Manifests for seeding a test cluster: `kube_api.seed(node("gpu-1"), pod("web-1", node="gpu-1", ...))`.
+"""Manifests to seed a test cluster: `cluster.seed(node("gpu-1"), pod("web-1", node="gpu-1"))`.
 
 Each helper returns a plain manifest dict that tests may edit before seeding.
 """
@@ -100,7 +100,8 @@ def replicaset(name: str, replicas: int, *, namespace: str = "default", labels: 
 
 def daemonset(name: str, *, namespace: str = "default", labels: dict | None = None, env: dict | None = None,
               node_selector: dict | None = None, tolerations: list | None = None) -> dict:
-    """A DaemonSet; the emulator's controller gives it one pod per eligible node."""
+    """A DaemonSet; kube-controller-manager's DaemonSet controller gives it one pod per eligible
+    node, and kwok starts them."""
     labels = dict(labels or {"app": name})
     container = {"name": name, "image": f"registry.example/{name}:1",
                  "env": [{"name": k, "value": str(v)} for k, v in (env or {}).items()]}
@@ -119,8 +120,10 @@ def daemonset(name: str, *, namespace: str = "default", labels: dict | None = No
 
 def pdb(name: str, match_labels: dict, *, namespace: str = "default", min_available=None, max_unavailable=None,
         disruptions_allowed: int | None = None) -> dict:
-    """A PodDisruptionBudget. With min_available or max_unavailable the emulator computes its
-    status; with neither, pass disruptions_allowed and the status stays as written (scripted)."""
+    """A PodDisruptionBudget. With min_available or max_unavailable the disruption controller
+    computes its status; with neither, pass disruptions_allowed (scripted): the harness's seed
+    (tests/support/controlplane/client.py) makes it maxUnavailable of that many, which the
+    disruption controller turns into the same budget while the owners are healthy."""
     spec = {"selector": {"matchLabels": dict(match_labels)}}
     if min_available is not None:
         spec["minAvailable"] = min_available
@@ -155,7 +158,8 @@ CLUSTER_POLICY_CRD = "clusterpolicies.nvidia.com"
 
 
 def cluster_policy_crd() -> dict:
-    """The CustomResourceDefinition clusterpolicies.nvidia.com (the emulator serves ClusterPolicy while it exists)."""
+    """The CustomResourceDefinition clusterpolicies.nvidia.com (the API server serves ClusterPolicy
+    while it exists)."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": CLUSTER_POLICY_CRD, "labels": {"app.kubernetes.io/component": "gpu-operator"}},
@@ -181,7 +185,7 @@ def gpu_operator(namespace: str = "gpu-operator", *, mig_strategy: str | None = 
                  config_name: str = "", config: dict | None = None,
                  device_plugin: bool = True, gfd: bool = True, config_default: str = "all-disabled",
                  driver: bool = True, env: dict | None = None) -> list:
-    """What a GPU Operator install leaves behind, for the emulator's operator (operator.py) to act on:
+    """What a GPU Operator install leaves behind, for the operator stand-in (operator.py):
     the CRD, the namespace, a ConfigMap of the user's `config_name` (key config.yaml, the mig-parted
     `config`, by default DEFAULT_MIG_PARTED_CONFIG) and the ClusterPolicy `cluster-policy` (without
     mig.strategy when mig_strategy is None, as CRs written by hand or by OLM may be; migManager.env from
@@ -256,7 +260,7 @@ def resource_claim(name: str, *, namespace: str = "default", device_class: str =
                    profile: str | None = None) -> dict:
     """A ResourceClaim (resource.k8s.io/v1) with one request `gpu` for `count` devices of the DeviceClass
     (seed.dra_driver's mig.nvidia.com or gpu.nvidia.com), with `profile` as a CEL selector on the MIG
-    profile. The emulator's dra.py allocates it when a pod using it is bound to a node."""
+    profile. The dra.py stand-in allocates it once a pod using it is bound to a node."""
     exactly = {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}
     if profile:
         exactly["selectors"] = [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == '%s'" % profile}}]

@@ -20,7 +20,7 @@ As NVIDIA/k8s-device-plugin v0.20.0 does, when a plugin or GFD pod starts on a n
   devices (internal/plugin/mps.go) stops the plugin: its pod crash-loops and nothing is advertised.
 
 Not modelled: the config-manager sidecar switching a running pod's config when the label changes (the
-emulator reads the config when a pod starts, and the collection restarts the plugin after a change),
+stand-ins read the config when a pod starts; the collection restarts the plugin after a change),
 `devices` subsets of a resource, the plugin's `flags` other than none, MPS's control daemon and GFD's
 `mps.capable` label.
 """
@@ -167,7 +167,8 @@ def apply(cluster, node: dict, pod: dict, view: dict, strategy: str, plugin: boo
 
 def refuse_oversized_requests(cluster, node_name: str, pods) -> None:
     """failRequestsGreaterThanOne: fail the pods new on the node that ask one container for more than one
-    replica (the emulator's kubelet marks a bound pod Running at once; this is its Allocate)."""
+    replica (kwok, the kubelet, marks a bound pod Running without an Allocate; this stands in for
+    the plugin's refusal there, once the pod runs, so kwok's status does not overwrite it)."""
     sharing = _active.get(cluster, {}).get(node_name)
     if not sharing or not sharing["fail_requests_greater_than_one"] or not sharing["replicas"]:
         return

@@ -1,10 +1,11 @@
-"""Label selectors, field selectors and the scheduling predicates the controllers need."""
+"""Label and field selectors, as the API server reads them, for the stand-ins' cached lists
+(standins.View.list)."""
 
 from __future__ import annotations
 
 import re
 
-from .errors import ApiError
+from .client import ApiError
 
 # One requirement is (key, operator, values); operators as in metav1.LabelSelectorRequirement.
 _TERM = re.compile(
@@ -49,16 +50,6 @@ def parse_label_selector(text: str) -> list:
     return reqs
 
 
-def selector_requirements(selector) -> list | None:
-    """metav1.LabelSelector as requirements; None (a null selector) matches nothing."""
-    if selector is None:
-        return None
-    reqs = [(k, "In", [v]) for k, v in (selector.get("matchLabels") or {}).items()]
-    for expr in selector.get("matchExpressions") or []:
-        reqs.append((expr["key"], expr["operator"], list(expr.get("values") or [])))
-    return reqs
-
-
 def labels_match(reqs, labels) -> bool:
     if reqs is None:
         return False
@@ -97,54 +88,3 @@ def field_value(obj: dict, path: str) -> str:
 
 def fields_match(reqs, obj) -> bool:
     return all((field_value(obj, path) == value) == equal for path, equal, value in reqs)
-
-
-def node_selector_term_matches(term: dict, node: dict) -> bool:
-    labels = node["metadata"].get("labels") or {}
-    for expr in term.get("matchExpressions") or []:
-        key, op, values = expr["key"], expr["operator"], expr.get("values") or []
-        if op in ("Gt", "Lt"):
-            try:
-                have, want = int(labels[key]), int(values[0])
-            except (KeyError, ValueError, IndexError):
-                return False
-            if not (have > want if op == "Gt" else have < want):
-                return False
-        elif not labels_match([(key, op, values)], labels):
-            return False
-    for expr in term.get("matchFields") or []:
-        if expr["key"] == "metadata.name":
-            name_ok = node["metadata"]["name"] in (expr.get("values") or [])
-            if name_ok != (expr["operator"] == "In"):
-                return False
-    return True
-
-
-def pod_fits_node(pod_spec: dict, node: dict) -> bool:
-    """nodeSelector, required node affinity and NoSchedule/NoExecute taints, as a scheduler checks them."""
-    labels = node["metadata"].get("labels") or {}
-    for key, value in (pod_spec.get("nodeSelector") or {}).items():
-        if labels.get(key) != value:
-            return False
-    required = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    terms = required.get("nodeSelectorTerms")
-    if terms and not any(node_selector_term_matches(t, node) for t in terms):
-        return False
-    for taint in (node.get("spec") or {}).get("taints") or []:
-        if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(taint, pod_spec):
-            return False
-    return True
-
-
-def _tolerated(taint: dict, pod_spec: dict) -> bool:
-    for tol in pod_spec.get("tolerations") or []:
-        if tol.get("effect") and tol["effect"] != taint.get("effect"):
-            continue
-        if not tol.get("key") and tol.get("operator") == "Exists":
-            return True
-        if tol.get("key") != taint.get("key"):
-            continue
-        if tol.get("operator") == "Exists" or tol.get("value", "") == taint.get("value", ""):
-            return True
-    return False
