@@ -33,16 +33,17 @@ def host(tmp_path):
     return path
 
 
-def settled(cluster):
+def settled(cluster, namespace=NS):
     """What the real cluster does after a write is done: the stand-ins caught up with every
-    stored change, the operator's DaemonSets rolled out by kube-controller-manager, mig-manager's
-    workers idle."""
+    stored change, the DaemonSets of `namespace` (None: every namespace; by default the
+    operator's) rolled out by kube-controller-manager, mig-manager's workers idle."""
     for dummy in range(2):
         cluster.stand_ins.sync()
-        started = [(d["metadata"]["name"], d.get("status")) for d in cluster.list("DaemonSet", NS)]
-        cluster.wait_for(lambda: not cluster.list("DaemonSet", NS)
-                         or daemonsets_rolled_out(cluster, NS, ready=False),
-                         f"the operator's DaemonSets to roll out (at the start: {started})",
+        started = [(d["metadata"]["name"], d.get("status"))
+                   for d in cluster.list("DaemonSet", namespace)]
+        cluster.wait_for(lambda: not cluster.list("DaemonSet", namespace)
+                         or daemonsets_rolled_out(cluster, namespace, ready=False),
+                         f"the DaemonSets to roll out (at the start: {started})",
                          timeout=60)
         migmanager.wait_idle(cluster, 60)
     cluster.stand_ins.sync()
@@ -71,14 +72,30 @@ def core_api(api):
     return k8s_client.CoreV1Api(k8s_config.new_client_from_config(api.control_plane.kubeconfig))
 
 
+def running_pod(cluster, namespace, selector="", old_uid=None, what="pod"):
+    """The one pod of `namespace` (`selector`: labels) once kwok runs it, with no other pod
+    beside it (a deleted one terminating) and not `old_uid`."""
+    def one():
+        found = cluster.list("Pod", namespace, label_selector=selector)
+        if len(found) == 1 and found[0]["metadata"]["uid"] != old_uid and \
+                not found[0]["metadata"].get("deletionTimestamp") and \
+                (found[0].get("status") or {}).get("phase") == "Running":
+            return found[0]
+        return None
+    return cluster.wait_for(one, f"{'a new ' if old_uid else ''}{what} running", timeout=60)
+
+
+def replace_pod(cluster, namespace, selector="", what="pod"):
+    """Deletes the one pod of `namespace` (`selector`) and waits until its DaemonSet runs a new
+    one."""
+    [pod] = cluster.list("Pod", namespace, label_selector=selector)
+    cluster.delete("Pod", pod["metadata"]["name"], namespace)
+    return running_pod(cluster, namespace, selector, pod["metadata"]["uid"], what)
+
+
 def restart_dra_plugin(cluster, namespace="nvidia-dra-driver-gpu"):
     """Deletes the DRA plugin's pod and waits until its DaemonSet runs a new one."""
-    [pod] = cluster.list("Pod", namespace)
-    cluster.delete("Pod", pod["metadata"]["name"], namespace)
-    cluster.wait_for(lambda: [p["metadata"]["uid"] != pod["metadata"]["uid"]
-                              and p["status"].get("phase") == "Running"
-                              for p in cluster.list("Pod", namespace)] == [True],
-                     "a new DRA plugin pod running", timeout=60)
+    replace_pod(cluster, namespace, what="DRA plugin pod")
 
 
 def dynamic(api):
@@ -249,13 +266,7 @@ def test_a_failure_after_a_completed_run_leaves_the_gpu_clients_paused(cluster, 
     log = cluster.get("Node", "gpu-1")["metadata"]["annotations"][migmanager.LOG_ANNOTATION]
     assert "left as they are" in log
     # A new pod (a new process) runs the label again and, failing, puts them back.
-    [manager] = pods(cluster, "nvidia-mig-manager")
-    cluster.delete("Pod", manager["metadata"]["name"], NS)
-    cluster.wait_for(lambda: [p["metadata"]["uid"] for p in pods(cluster, "nvidia-mig-manager")
-                              if p["status"].get("phase") == "Running"
-                              and not p["metadata"].get("deletionTimestamp")]
-                     not in ([], [manager["metadata"]["uid"]]),
-                     "a new mig-manager pod running", timeout=60)
+    replace_pod(cluster, NS, "app=nvidia-mig-manager", "mig-manager pod")
     idle()
     cluster.wait_for(lambda: labels_of(cluster)[DP] == "true",
                      "the new mig-manager to put the device plugin back", timeout=60)

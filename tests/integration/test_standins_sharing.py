@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 import gpuops_mig_sim as sim
-from tests.support.controlplane.cluster import daemonsets_rolled_out
 from tests.support.kubeapi import migmanager, seed, sharing
+
+from test_standins_operator import running_pod, settled
 
 GPU = {"nvidia.com/gpu.present": "true"}
 NS = "nvidia"
@@ -54,21 +55,11 @@ def host(tmp_path):
     return layout(str(tmp_path / "gpu-1.json"), {"3g.20gb": 1, "1g.5gb": 2})
 
 
-def settled(cluster):
-    """The stand-ins caught up with every stored change and every DaemonSet has a current pod
-    on each node it selects (kwok may not have started it yet)."""
-    cluster.stand_ins.sync()
-    cluster.wait_for(lambda: not cluster.list("DaemonSet")
-                     or daemonsets_rolled_out(cluster, None, ready=False),
-                     "the DaemonSets to roll out", timeout=TIMEOUT)
-    cluster.stand_ins.sync()
-
-
 @pytest.fixture
 def idle(cluster):
     """Lets the stand-ins finish before the cluster is reset."""
-    yield lambda: settled(cluster)
-    settled(cluster)
+    yield lambda: settled(cluster, None)
+    settled(cluster, None)
 
 
 def daemons(strategy="mixed"):
@@ -90,14 +81,7 @@ def plugin_configs():
 def started(cluster, name, old=None):
     """The one pod of DaemonSet `name` once kwok has started it (Running, or crash-looping as
     the plugin's stand-in marks it), a new one when `old` (a uid) is given."""
-    def one():
-        pods = cluster.list("Pod", NS, label_selector="app.kubernetes.io/name=" + name)
-        if len(pods) == 1 and pods[0]["metadata"]["uid"] != old and \
-                not pods[0]["metadata"].get("deletionTimestamp") and \
-                (pods[0].get("status") or {}).get("phase") == "Running":
-            return pods[0]
-        return None
-    return cluster.wait_for(one, f"a {'new ' if old else ''}{name} pod started", timeout=TIMEOUT)
+    return running_pod(cluster, NS, "app.kubernetes.io/name=" + name, old, name + " pod")
 
 
 def restart(cluster):
@@ -108,7 +92,7 @@ def restart(cluster):
         cluster.delete("Pod", pod["metadata"]["name"], NS)
     for name, pod in old.items():
         started(cluster, name, pod["metadata"]["uid"])
-    settled(cluster)
+    settled(cluster, None)
 
 
 def select(cluster, entry):
