@@ -34,9 +34,9 @@ leave them, on every reconcile pass:
   nodeSelector on the node's name; status.reservedFor the pod (resource pods, name, uid). A claim
   already allocated on the node is only reserved for the pod too. Too few free devices: the claim
   stays unallocated (the real scheduler would not have bound the pod).
-- A claim it allocates gets kube-scheduler's finalizer first. A pod deleted or terminal leaves
-  reservedFor; a claim reserved for nobody is deallocated and loses the finalizer (on the real
-  cluster kube-controller-manager's resource claim controller does the same, whichever is first).
+- A claim it allocates gets kube-scheduler's finalizer first, so that kube-controller-manager's
+  resource claim controller (pkg/controller/resourceclaim/controller.go) takes a pod deleted or
+  terminal out of reservedFor and deallocates the claim once nobody holds it, as on a cluster.
 - A claim's device whose UUID (its slice's uuid attribute when allocated) is gone from the simulated
   host marks the pods it is reserved for Failed, reason DeviceDestroyed, as allocations.py does for
   the device plugin.
@@ -185,17 +185,6 @@ def allocate_claims(cluster):
                   if (sl.get("spec") or {}).get("driver") == DRIVER)
     active = dict((p["metadata"]["uid"], p) for p in cluster.list("Pod")
                   if (p.get("status") or {}).get("phase") not in _TERMINAL)
-    for claim in claims:
-        status = dict(claim.get("status") or {})
-        reserved = [r for r in status.get("reservedFor") or [] if r.get("uid") in active]
-        if reserved != (status.get("reservedFor") or []):
-            status["reservedFor"] = reserved
-            if not reserved:
-                status.pop("allocation", None)
-                claimed.pop(claim["metadata"]["uid"], None)
-            cluster.set_status("ResourceClaim", claim["metadata"]["name"], status, claim["metadata"]["namespace"])
-            if not reserved:
-                _finalizer(cluster, claim, add=False)
     for pod in active.values():
         node = (pod.get("spec") or {}).get("nodeName")
         for ref in (pod.get("spec") or {}).get("resourceClaims") or []:
@@ -215,7 +204,7 @@ def _reserve(cluster, claimed, claim, pod, node, resource_slice):
         results = _allocate(cluster, claim, node, resource_slice)
         if results is None:
             return
-        _finalizer(cluster, claim, add=True)
+        _add_finalizer(cluster, claim)
         by_name = dict((d["name"], d) for d in resource_slice["spec"]["devices"])
         claimed[claim["metadata"]["uid"]] = dict(
             (r["device"], ((by_name[r["device"]].get("attributes") or {}).get("uuid") or {}).get("string"))
@@ -228,14 +217,12 @@ def _reserve(cluster, claimed, claim, pod, node, resource_slice):
     cluster.set_status("ResourceClaim", claim["metadata"]["name"], status, claim["metadata"]["namespace"])
 
 
-def _finalizer(cluster, claim, add):
-    """The scheduler's finalizer on (before allocating) or off (once deallocated) the claim."""
-    finalizers = [f for f in claim["metadata"].get("finalizers") or [] if f != ALLOCATED_FINALIZER]
-    if add:
-        finalizers.append(ALLOCATED_FINALIZER)
-    if finalizers != (claim["metadata"].get("finalizers") or []):
+def _add_finalizer(cluster, claim):
+    """The scheduler's finalizer on the claim, before it is allocated."""
+    finalizers = list(claim["metadata"].get("finalizers") or [])
+    if ALLOCATED_FINALIZER not in finalizers:
         cluster.patch("ResourceClaim", claim["metadata"]["name"],
-                      {"metadata": {"finalizers": finalizers or None}},
+                      {"metadata": {"finalizers": finalizers + [ALLOCATED_FINALIZER]}},
                       claim["metadata"]["namespace"])
 
 
