@@ -240,8 +240,9 @@ class View:
     def create(self, obj):
         return self._wrote(obj["kind"], self.client.create(obj))
 
-    def patch(self, kind, name, body, namespace=None, patch_type="merge"):
-        return self._wrote(kind, self.client.patch(kind, name, body, namespace, patch_type))
+    def patch(self, kind, name, body, namespace=None, patch_type="merge", subresource=None):
+        return self._wrote(kind, self.client.patch(kind, name, body, namespace, patch_type,
+                                                   subresource))
 
     def replace(self, obj):
         return self._wrote(obj["kind"], self.client.replace(obj))

@@ -204,7 +204,7 @@ def _reserve(cluster, claimed, claim, pod, node, resource_slice):
         results = _allocate(cluster, claim, node, resource_slice)
         if results is None:
             return
-        _add_finalizer(cluster, claim)
+        claim = _add_finalizer(cluster, claim)
         by_name = dict((d["name"], d) for d in resource_slice["spec"]["devices"])
         claimed[claim["metadata"]["uid"]] = dict(
             (r["device"], ((by_name[r["device"]].get("attributes") or {}).get("uuid") or {}).get("string"))
@@ -214,16 +214,26 @@ def _reserve(cluster, claimed, claim, pod, node, resource_slice):
     elif not _allocated_on(status, node):
         return        # allocated on another node: the pod could not have been bound here
     status["reservedFor"] = list(status.get("reservedFor") or []) + [consumer]
-    cluster.set_status("ResourceClaim", claim["metadata"]["name"], status, claim["metadata"]["namespace"])
+    _update(cluster, claim, {"status": status}, "status")
 
 
 def _add_finalizer(cluster, claim):
     """The scheduler's finalizer on the claim, before it is allocated."""
     finalizers = list(claim["metadata"].get("finalizers") or [])
-    if ALLOCATED_FINALIZER not in finalizers:
-        cluster.patch("ResourceClaim", claim["metadata"]["name"],
-                      {"metadata": {"finalizers": finalizers + [ALLOCATED_FINALIZER]}},
-                      claim["metadata"]["namespace"])
+    if ALLOCATED_FINALIZER in finalizers:
+        return claim
+    return _update(cluster, claim, {"metadata": {"finalizers": finalizers + [ALLOCATED_FINALIZER]}})
+
+
+def _update(cluster, claim, body, subresource=None):
+    """Writes `body` only over the claim as read, as kube-scheduler's updates do: read from a
+    cache that lags (a pod already gone, the claim already released) it is refused (409), and
+    the next pass reads again. Unguarded, a stale pass re-allocated a released claim after the
+    resource claim controller had taken the finalizer off, and nobody deallocated it again."""
+    body = dict(body, metadata=dict(body.get("metadata") or {},
+                                    resourceVersion=claim["metadata"]["resourceVersion"]))
+    return cluster.patch("ResourceClaim", claim["metadata"]["name"], body,
+                         claim["metadata"]["namespace"], subresource=subresource)
 
 
 def _allocated_on(status, node):
