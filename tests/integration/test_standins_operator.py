@@ -457,10 +457,12 @@ def test_gpu_cluster_labels_its_nodes_renders_its_operands_and_honours_a_pause(c
     cluster.patch("Node", "gpu-1", {"metadata": {"labels": {"nvidia.com/gpu.deploy.dra-driver": "true"}}})
     idle()
     assert len(cluster.list("Pod", NS)) == 3
-    # Without the GPUCluster its operands go with it (ownerReference cascade).
+    # Without the GPUCluster its operands go with it (ownerReference cascade). The garbage
+    # collector learns a new CRD's kind from discovery every 30 s (kube-controller-manager's
+    # garbageCollectorController syncPeriod), and this test is not much older than its CRD.
     cluster.delete("GPUCluster", "gpu-cluster")
     cluster.wait_for(lambda: cluster.list("DaemonSet", NS) == [],
-                     "the garbage collector to delete the operands")
+                     "the garbage collector to delete the operands", timeout=90)
 
 
 def test_the_kubelet_keeps_a_running_gpu_cluster_plugins_slices_and_wipes_them_once_it_is_gone(cluster, host, idle):

@@ -134,6 +134,7 @@ class Client:
                     item["name"],
                     item["namespaced"],
                     frozenset(subresources.get(item["name"], ())),
+                    frozenset(item.get("verbs") or ()),
                 )
                 out.setdefault((item["kind"], res.group_version), res)
                 out.setdefault((item["kind"], None), res)  # the first group wins a bare kind
@@ -379,6 +380,19 @@ class Client:
         )
         self.forget_kinds()
 
+    def namespaced_resources(self) -> list:
+        """Every namespaced resource served now that can be listed and deleted, once per group
+        (its preferred version): what the namespace controller walks to empty a namespace."""
+        self.forget_kinds()
+        self.resource("Namespace")
+        with self._discovery_lock:
+            kinds = self._kinds
+        out: dict = {}
+        for (dummy, api_version), res in kinds.items():
+            if api_version and res.namespaced and {"list", "deletecollection"} <= res.verbs:
+                out.setdefault((res.group, res.plural), res)
+        return list(out.values())
+
     def forget_kinds(self) -> None:
         """Discovery is read again at the next call: a CRD was added or deleted."""
         with self._discovery_lock:
@@ -478,9 +492,10 @@ def _scripted_budget(obj: dict) -> dict:
 class Resource:
     """One API resource: where a kind is served and how."""
 
-    def __init__(self, kind, group, version, plural, namespaced, subresources):
+    def __init__(self, kind, group, version, plural, namespaced, subresources, verbs=frozenset()):
         self.kind, self.group, self.version = kind, group, version
         self.plural, self.namespaced, self.subresources = plural, namespaced, subresources
+        self.verbs = verbs
 
     @property
     def group_version(self) -> str:

@@ -57,6 +57,7 @@ class _Informer:
     def __init__(self, client, kind):
         self.client, self.kind = client, kind
         self.objects: dict = {}  # (namespace, name) -> object
+        self.gone: dict = {}  # (namespace, name) -> the resourceVersion it was deleted at
         self.synced = threading.Event()
         self.available = True
 
@@ -151,6 +152,12 @@ class _Informer:
         key = (meta.get("namespace"), meta.get("name"))
         if event_type == "DELETED":
             self.objects.pop(key, None)
+            self.gone[key] = max(_rv(obj), self.gone.get(key, 0))
+            return
+        if _rv(obj) <= self.gone.get(key, 0):
+            # The answer to a write of ours, come after the watch told of the object's deletion
+            # (a reset deleting what a stand-in was writing): kept, it would hide for good that
+            # the object is gone, and the stand-in would never make it again.
             return
         old = self.objects.get(key)
         if old and _rv(old) > _rv(obj):
