@@ -265,7 +265,8 @@ class TestCluster(Client):
 
     def reset(self) -> None:
         """Deletes what was made since the cluster started (pods at once, without their grace
-        period), waits until it is gone, and forgets hooks, request records and errors."""
+        period; the test's namespaces whole, emptied and finalized here), waits until it is
+        gone, and forgets hooks, request records and errors."""
         self._hooks.clear()
         self.errors.clear()
         # Pods first, without their grace period: the owners' pods once the owners are gone (the
