@@ -48,6 +48,7 @@ def test_without_the_gpu_operator(cluster, cluster_env, tmp_path):
 
 def test_with_the_gpu_operator_and_the_dra_driver(cluster, cluster_env, tmp_path):
     cluster.seed(seed.node("gpu-1", GPU), seed.daemonset("logs"), *seed.gpu_operator(), *seed.dra_driver())
+    wait_for_operator_config(cluster)
     results = run_tasks([
         # The ConfigMap the ClusterPolicy names is read once a ClusterPolicy is found.
         {"name": "read", "gpuops.mig.mig_cluster_info": {}},
@@ -73,6 +74,7 @@ def test_configmaps_are_read_by_name_never_listed(cluster, cluster_env, tmp_path
                  configmap("fleet-mig", "kube-system", {"config.yaml": "version: v1\n"}),
                  configmap("gpu-1-mig-config", "gpu-operator", {"config.yaml": "version: v1\n"}),
                  configmap("operator-secrets", "gpu-operator", {"token": "s3cr3t"}))
+    wait_for_operator_config(cluster)
     seen = len(cluster.requests)
     read = {"configmaps": [{"name": "fleet-mig", "namespace": "kube-system"}, {"name": "absent", "namespace": ""}],
             "operator_config_nodes": ["gpu-1"]}
@@ -91,6 +93,13 @@ def test_configmaps_are_read_by_name_never_listed(cluster, cluster_env, tmp_path
                        if "/configmaps" in r.path and r.user.endswith(":rollout")]
     assert configmap_reads and all(r.method == "GET" and not r.path.endswith("/configmaps") for r in configmap_reads), \
         [(r.method, r.path) for r in configmap_reads]
+
+
+def wait_for_operator_config(cluster):
+    """The operator stand-in writes default-mig-parted-config after a watch event, not inside the
+    seed's write (a CI run on a loaded machine read before it did): the tests read once it is there."""
+    cluster.wait_for(lambda: cluster.find("ConfigMap", "default-mig-parted-config", "gpu-operator"),
+                     "the operator's default-mig-parted-config")
 
 
 def module_python(tmp_path):
