@@ -50,7 +50,7 @@ fi
 stage "pytest (unit and playbook tests; the fleet test bed's molecule scenarios over SSH)"
 # The crash sweep's other points (marked `full`) run with `pytest -m full`, the bed's other
 # scenarios (`bed_full`) with docs/testbed.md's command. The bed's scenarios share one fleet:
-# `--dist loadgroup` keeps them on one worker (their xdist_group), in turn, while the other
+# `--dist loadgroup` keeps them on one worker (conftest.py), in turn, while the other
 # worker runs the rest; one after the other, the two took about 11 minutes more.
 python -m pytest -q -n 2 --dist loadgroup -p no:cacheprovider --durations=30 \
   -m "not full and not bed_full"

@@ -13,8 +13,8 @@ create and prepare are done, so molecule skips them).
 They run by default, as root with `ip netns` (CI runs as root); `GPUOPS_TESTBED=0`
 skips them, and without root they skip and say why (with `GPUOPS_TESTBED=1` they
 fail instead). scripts/test.sh runs them in the main `pytest -n 2 --dist loadgroup`
-run: the `xdist_group` keeps them on one worker, in turn, while the other worker
-runs the rest, and the lock keeps two runs apart anyway.
+run: the root conftest.py keeps this file's tests on one worker, in turn, while the
+other worker runs the rest, and the lock keeps two runs apart anyway.
 The first run on a fresh machine also installs openssh-server and netcat-openbsd
 (apt) and builds the hosts' Python environment (pip).
 """
