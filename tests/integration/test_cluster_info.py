@@ -8,6 +8,7 @@ import sys
 import pytest
 import yaml
 
+from tests.support.controlplane.cluster import daemonsets_rolled_out
 from tests.support.playbook import run_tasks
 from tests.support.kubeapi import seed
 
@@ -113,6 +114,12 @@ def module_python(tmp_path):
 def test_read_here_and_by_the_module_alike(cluster, cluster_env, tmp_path):
     cluster.seed(seed.node("gpu-1", GPU), seed.node("cpu-1"), *seed.gpu_operator(), *seed.dra_driver(),
                  seed.namespace("mig-configs"), configmap("fleet-mig", "mig-configs", {"config.yaml": "version: v1\n"}))
+    # The two reads compare equal only on a cluster at rest: the operator's ConfigMap and node
+    # labels written, the DRA plugin's DaemonSet status final.
+    wait_for_operator_config(cluster)
+    cluster.wait_for(lambda: daemonsets_rolled_out(cluster, "nvidia-dra-driver-gpu"),
+                     "the DRA plugin rolled out")
+    cluster.stand_ins.sync()
     # Nothing listens on port 9 of the loopback.
     closed = tmp_path / "closed-kubeconfig"
     config = yaml.safe_load(open(cluster_env["KUBECONFIG"]))

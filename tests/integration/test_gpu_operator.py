@@ -205,6 +205,10 @@ def test_hand_a_node_back_to_mig_manager(cluster, cluster_env, tmp_path):
     assert site.returncode == 0, output(site)
     # Hand back (docs/gpu-operator.md): the label names an operator config matching the GPUs, then mig-manager on.
     cluster.patch("Node", "gpu-0", {"metadata": {"labels": {CONFIG: "layout-b", STATE: None, MIG_MANAGER: "true"}}})
+    # mig-manager acts once its new pod runs (DaemonSet controller, scheduler, kwok): wait_idle
+    # alone can return before that pod exists.
+    cluster.wait_for(lambda: node_labels(cluster, "gpu-0").get(STATE) == "success",
+                     "mig-manager back on gpu-0", timeout=60)
     migmanager.wait_idle(cluster)
     assert node_labels(cluster, "gpu-0")[STATE] == "success" and profiles(fleet, "gpu-0") == [9, 9]
     del fleet.hosts["gpu-0"]["mig_node_layouts"]

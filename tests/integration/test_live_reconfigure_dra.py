@@ -113,6 +113,7 @@ def test_a_claim_no_slice_explains_drains_the_whole_node_and_says_why(dra_node, 
             "%s of pool node-a, which no ResourceSlice of gpu.nvidia.com for the node publishes" % device) \
         in proc.stdout
     # Every pod was evicted (and gone) before any device was destroyed; their replacements are new pods.
+    cluster.stand_ins.sync()  # a pod whose device went is failed by the DRA stand-in's next pass
     after = pods_by_name(cluster)
     assert not set(before) & set(after), sorted(after)
     assert all(p["status"].get("reason") != "DeviceDestroyed" for p in after.values())

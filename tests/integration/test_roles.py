@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 import gpuops_mig_sim as sim
+from tests.support.controlplane.cluster import daemonsets_rolled_out
 from tests.support.kubeapi import seed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -215,6 +216,11 @@ def test_node_workflow_end_to_end_then_converged_rerun(cluster, cluster_env, tmp
         if len(refusals) == 2:
             cluster.patch("PodDisruptionBudget", "train", {"spec": {"maxUnavailable": 1}}, "ml")
     cluster.on("eviction-refused", budget)
+    # The history starts from nodes at rest: the plugin and GFD stand-ins label each node once
+    # their pods run there, after the seed.
+    cluster.wait_for(lambda: daemonsets_rolled_out(cluster, "nvidia-device-plugin"),
+                     "the device plugin and GFD to run")
+    cluster.stand_ins.sync()
     history = node_history(cluster)
     smoke = []
 
