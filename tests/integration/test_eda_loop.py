@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 import gpuops_mig_sim as sim
-from test_roles import STATE, Fleet, device_plugin_daemonsets, output
+from test_roles import STATE, Fleet, device_plugin_daemonsets, output, wait_device_plugin_running
 from tests.integration.conftest import RBAC, ROLLOUT_RBAC, client_env
 from tests.support.kubeapi import allocations, seed
 from tests.support.podresources_server import PodResourcesServer, node_source
@@ -78,12 +78,8 @@ def assigned(cluster, node):
 
 def with_device_plugin(cluster):
     """The device plugin and GFD, running on every GPU node and done labelling them."""
-    from test_gpu_operator import operands_ready
-
     cluster.seed(*device_plugin_daemonsets())
-    cluster.wait_for(lambda: operands_ready(cluster, "nvidia-device-plugin"),
-                     "the device plugin and GFD to run")
-    cluster.stand_ins.sync()
+    wait_device_plugin_running(cluster)
 
 
 def busy_3g_pair(state):

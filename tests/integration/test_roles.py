@@ -142,6 +142,14 @@ def device_plugin_daemonsets():
     return [plugin, gfd]
 
 
+def wait_device_plugin_running(cluster):
+    """Returns once the plugin and GFD run on every node and their stand-ins have labelled the
+    nodes (after a watch event, not inside the seed's write): the nodes a rollout would meet."""
+    cluster.wait_for(lambda: daemonsets_rolled_out(cluster, "nvidia-device-plugin"),
+                     "the device plugin and GFD to run")
+    cluster.stand_ins.sync()
+
+
 def node_history(cluster):
     """Records, per node, each change of the MIG state label, of the cordon and of the operand labels."""
     history = {}
@@ -216,11 +224,7 @@ def test_node_workflow_end_to_end_then_converged_rerun(cluster, cluster_env, tmp
         if len(refusals) == 2:
             cluster.patch("PodDisruptionBudget", "train", {"spec": {"maxUnavailable": 1}}, "ml")
     cluster.on("eviction-refused", budget)
-    # The history starts from nodes at rest: the plugin and GFD stand-ins label each node once
-    # their pods run there, after the seed.
-    cluster.wait_for(lambda: daemonsets_rolled_out(cluster, "nvidia-device-plugin"),
-                     "the device plugin and GFD to run")
-    cluster.stand_ins.sync()
+    wait_device_plugin_running(cluster)  # the history starts from nodes at rest
     history = node_history(cluster)
     smoke = []
 

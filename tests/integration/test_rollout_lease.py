@@ -14,7 +14,7 @@ import pytest
 
 import gpuops_mig_sim as sim
 from tests.integration.test_roles import BIN, CONFIG, EXAMPLE, REPO, STATE, Fleet, device_plugin_daemonsets, output, recap
-from tests.support.controlplane.cluster import daemonsets_rolled_out
+from tests.integration.test_roles import wait_device_plugin_running
 
 pytestmark = pytest.mark.playbook
 
@@ -213,10 +213,7 @@ def test_a_held_node_is_refused_before_any_change_or_waited_for(cluster, cluster
     cluster.seed(*device_plugin_daemonsets())
     fleet.add("node-a", "1xA100-SXM4-40GB", mig_node_config_file=CONFIG_FILE, mig_node_config_name="all-3g",
               mig_node_persist=False)
-    # The plugin and GFD stand-ins label node-a once their pods run there: before `before`.
-    cluster.wait_for(lambda: daemonsets_rolled_out(cluster, "nvidia-device-plugin"),
-                     "the device plugin and GFD to run")
-    cluster.stand_ins.sync()
+    wait_device_plugin_running(cluster)  # GFD labels node-a before `before`, not after
     cluster.seed(foreign_lease("node-a", renewed_ago=5))
     before = (fleet.digest("node-a"), node_view(cluster, "node-a"),
               json.dumps(cluster.get("Lease", "gpuops-mig-node-a"), sort_keys=True))
